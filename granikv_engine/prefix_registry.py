@@ -1,0 +1,245 @@
+"""PrefixRegistry: prefix id <-> tokens (hash) <-> HOT range, owned by a team.
+
+A registered prefix is READY once its K/V sits in the HOT pool, FILLING while the
+registering request's prefill writes it, and COLD when it did not fit (requests naming it
+are then served from ordinary paged storage). The registry owns the HOT pool's keys: a
+prefix's HOT entry is keyed by its id.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from granikv_engine.hot_pool import AllocResult, HotPool, SlotRange
+
+
+class PrefixError(Exception):
+    """Base of registry errors; ``status`` is the HTTP-like code an API edge may use."""
+
+    status = 400
+
+
+class PrefixNotFound(PrefixError, KeyError):
+    status = 404
+
+
+class PrefixAccessDenied(PrefixError, PermissionError):
+    status = 403
+
+
+class PrefixConflict(PrefixError, ValueError):
+    status = 409
+
+
+class PrefixState(str, enum.Enum):
+    FILLING = "filling"
+    READY = "ready"
+    COLD = "cold"  # not in the HOT pool: did not fit, or was evicted
+
+
+def content_hash(tokens: Sequence[int]) -> str:
+    h = hashlib.sha256()
+    h.update(len(tokens).to_bytes(8, "little"))
+    for t in tokens:
+        h.update(int(t).to_bytes(4, "little", signed=False))
+    return h.hexdigest()
+
+
+def default_prefix_id(team: str, tokens: Sequence[int]) -> str:
+    return f"{team}-{content_hash(tokens)[:16]}"
+
+
+@dataclass
+class PrefixRecord:
+    prefix_id: str
+    team: str
+    tokens: tuple[int, ...]
+    content_hash: str
+    state: PrefixState
+    hot: SlotRange | None = None
+    pinned: bool = False
+    doomed: bool = False  # unregistered while in use: dropped on its last release
+    hits: int = 0
+    meta: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+class PrefixRegistry:
+    """Registration, lookup (by id or by prompt), team scoping and HOT lifecycle."""
+
+    def __init__(self, pool: HotPool) -> None:
+        self.pool = pool
+        self._records: dict[str, PrefixRecord] = {}
+        self.evictions = 0
+        self.cold_registrations = 0
+
+    # ---- registration -------------------------------------------------------------
+    def register(self, team: str, tokens: Sequence[int], prefix_id: str | None = None,
+                 *, pin: bool = True) -> PrefixRecord:
+        """Idempotent: the same team and tokens return the existing record."""
+        if not team:
+            raise PrefixError("team must be a non-empty string")
+        if len(tokens) == 0:
+            raise PrefixError("a prefix needs at least one token")
+        toks = tuple(int(t) for t in tokens)
+        pid = prefix_id or default_prefix_id(team, toks)
+        old = self._records.get(pid)
+        if old is not None:
+            return self._reregister(old, team, toks, pin)
+        rec = PrefixRecord(pid, team, toks, content_hash(toks), PrefixState.COLD)
+        self._records[pid] = rec
+        self._place(rec, pin)
+        return rec
+
+    def mark_ready(self, prefix_id: str) -> PrefixRecord:
+        """The registering request's prefill wrote the whole prefix."""
+        rec = self._get(prefix_id)
+        if rec.state is PrefixState.FILLING:
+            rec.state = PrefixState.READY
+            self.release(prefix_id)  # the fill's own reference
+        return rec
+
+    def abort_fill(self, prefix_id: str) -> None:
+        """The registering request died before its prefill finished: give the slots back."""
+        rec = self._get(prefix_id)
+        if rec.state is not PrefixState.FILLING:
+            return
+        self.pool.release(prefix_id)  # the fill's own reference
+        self._drop_hot(rec)
+
+    def unregister(self, prefix_id: str, team: str) -> bool:
+        """Forget a prefix. Returns True when its HOT slots were released now; False when
+        requests still read them (released on the last ``release``)."""
+        rec = self.get(prefix_id, team)
+        if rec.hot is None:
+            del self._records[prefix_id]
+            return True
+        if rec.pinned:
+            rec.pinned = False
+            self.pool.unpin(prefix_id)
+        freed = self.pool.free(prefix_id)
+        if freed:
+            del self._records[prefix_id]
+        else:
+            rec.doomed = True
+        return freed
+
+    # ---- lookup -------------------------------------------------------------------
+    def get(self, prefix_id: str, team: str | None) -> PrefixRecord:
+        """``team=None`` is the engine's own view (no scoping)."""
+        rec = self._records.get(prefix_id)
+        if rec is None or rec.doomed:
+            raise PrefixNotFound(f"no prefix {prefix_id!r}")
+        if team is not None and rec.team != team:
+            raise PrefixAccessDenied(f"prefix {prefix_id!r} belongs to another team")
+        return rec
+
+    def match(self, team: str, prompt: Sequence[int]) -> PrefixRecord | None:
+        """The longest READY prefix of ``team`` that ``prompt`` starts with, verified
+        token by token. A prefix equal to the whole prompt does not match: the engine
+        must compute at least one token of a prompt."""
+        best: PrefixRecord | None = None
+        for rec in self._records.values():
+            if rec.team != team or rec.state is not PrefixState.READY or rec.doomed:
+                continue
+            if rec.length >= len(prompt) or (best and best.length >= rec.length):
+                continue
+            if tuple(prompt[: rec.length]) == rec.tokens:
+                best = rec
+        return best
+
+    def list(self, team: str | None = None) -> list[PrefixRecord]:
+        return [r for r in self._records.values()
+                if not r.doomed and (team is None or r.team == team)]
+
+    # ---- pins and references ----------------------------------------------------
+    def pin(self, prefix_id: str, team: str | None) -> PrefixRecord:
+        rec = self.get(prefix_id, team)
+        if rec.hot is not None and not rec.pinned:
+            self.pool.pin(prefix_id)
+        rec.pinned = True
+        return rec
+
+    def unpin(self, prefix_id: str, team: str | None) -> PrefixRecord:
+        rec = self.get(prefix_id, team)
+        if rec.hot is not None and rec.pinned:
+            self.pool.unpin(prefix_id)
+        rec.pinned = False
+        return rec
+
+    def acquire(self, prefix_id: str) -> SlotRange | None:
+        """A request starts reading the prefix. None when it is not in the HOT pool."""
+        rec = self._get(prefix_id)
+        rec.hits += 1
+        if rec.state is not PrefixState.READY or rec.hot is None:
+            return None
+        return self.pool.acquire(prefix_id)
+
+    def release(self, prefix_id: str) -> None:
+        rec = self._records.get(prefix_id)
+        if rec is None or prefix_id not in self.pool:
+            return
+        if self.pool.release(prefix_id):
+            rec.hot = None
+            if rec.doomed:
+                del self._records[prefix_id]
+
+    # ---- internals ----------------------------------------------------------------
+    def _get(self, prefix_id: str) -> PrefixRecord:
+        return self.get(prefix_id, None)
+
+    def _reregister(self, rec: PrefixRecord, team: str, toks: tuple[int, ...],
+                    pin: bool) -> PrefixRecord:
+        if rec.team != team:
+            raise PrefixAccessDenied(f"prefix id {rec.prefix_id!r} belongs to another team")
+        if rec.tokens != toks:
+            raise PrefixConflict(f"prefix id {rec.prefix_id!r} holds other tokens")
+        if rec.doomed:
+            raise PrefixConflict(f"prefix {rec.prefix_id!r} is being removed; retry later")
+        if rec.hot is None:
+            self._place(rec, pin)
+        elif pin:
+            self.pin(rec.prefix_id, team)
+        return rec
+
+    def _place(self, rec: PrefixRecord, pin: bool) -> AllocResult:
+        res = self.pool.allocate(rec.prefix_id, rec.length)
+        for victim in res.evicted:
+            self._on_evicted(str(victim))
+        if res.ok:
+            rec.hot, rec.state = res.range, PrefixState.FILLING
+            self.pool.acquire(rec.prefix_id)  # held by the fill until mark_ready
+            if pin:
+                self.pool.pin(rec.prefix_id)
+        else:
+            rec.hot, rec.state = None, PrefixState.COLD
+            self.cold_registrations += 1
+        rec.pinned = pin
+        return res
+
+    def _drop_hot(self, rec: PrefixRecord) -> None:
+        if rec.pinned and rec.hot is not None:
+            self.pool.unpin(rec.prefix_id)
+        if rec.prefix_id in self.pool:
+            self.pool.free(rec.prefix_id)
+        rec.hot, rec.state = None, PrefixState.COLD
+
+    def _on_evicted(self, prefix_id: str) -> None:
+        self.evictions += 1
+        rec = self._records.get(prefix_id)
+        if rec is not None:
+            rec.hot, rec.state = None, PrefixState.COLD
+
+    def apply_compaction(self) -> list[tuple[int, int, int]]:
+        """Compact the pool and update the moved records' ranges."""
+        moves = self.pool.compact()
+        for rec in self._records.values():
+            if rec.hot is not None and rec.prefix_id in self.pool:
+                rec.hot = self.pool.range_of(rec.prefix_id)
+        return [tuple(m) for m in moves]  # type: ignore[misc]

@@ -1,0 +1,152 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from granikv_engine.hot_pool import HotPool, SlotRange
+from granikv_engine.prefix_registry import (
+    PrefixAccessDenied,
+    PrefixConflict,
+    PrefixNotFound,
+    PrefixRegistry,
+    PrefixState,
+)
+
+
+def make(cap: int = 100) -> PrefixRegistry:
+    return PrefixRegistry(HotPool(1, cap))
+
+
+def test_register_fill_ready_and_idempotent() -> None:
+    reg = make()
+    rec = reg.register("red", [5, 6, 7], prefix_id="p1")
+    assert rec.hot == SlotRange(1, 3) and rec.state is PrefixState.FILLING and rec.pinned
+    assert reg.pool.counts("p1") == (1, 1)  # pinned, and referenced by its fill
+    reg.mark_ready("p1")
+    assert reg.pool.counts("p1") == (1, 0)
+    again = reg.register("red", [5, 6, 7], prefix_id="p1")
+    assert again is rec and reg.pool.counts("p1") == (1, 0)
+    with pytest.raises(PrefixConflict):
+        reg.register("red", [5, 6, 8], prefix_id="p1")
+    with pytest.raises(PrefixAccessDenied):
+        reg.register("blue", [5, 6, 7], prefix_id="p1")
+
+
+def test_default_ids_are_per_team_and_content() -> None:
+    reg = make()
+    a = reg.register("red", [1, 2])
+    b = reg.register("blue", [1, 2])
+    assert a.prefix_id != b.prefix_id and a.content_hash == b.content_hash
+    assert a.prefix_id.startswith("red-")
+
+
+def test_team_scoping() -> None:
+    reg = make()
+    reg.register("red", [1, 2, 3], prefix_id="r")
+    reg.mark_ready("r")
+    assert reg.get("r", "red").team == "red"
+    with pytest.raises(PrefixAccessDenied):
+        reg.get("r", "blue")
+    with pytest.raises(PrefixNotFound):
+        reg.get("zzz", "red")
+    assert reg.match("blue", [1, 2, 3, 4]) is None
+    with pytest.raises(PrefixAccessDenied):
+        reg.unregister("r", "blue")
+    assert [r.prefix_id for r in reg.list("blue")] == []
+
+
+def test_match_is_longest_and_token_exact() -> None:
+    reg = make()
+    for pid, toks in [("short", [1, 2]), ("long", [1, 2, 3, 4]), ("other", [1, 9, 3])]:
+        reg.register("t", toks, prefix_id=pid)
+        reg.mark_ready(pid)
+    assert reg.match("t", [1, 2, 3, 4, 5]).prefix_id == "long"  # type: ignore[union-attr]
+    assert reg.match("t", [1, 2, 3, 5]).prefix_id == "short"  # type: ignore[union-attr]
+    assert reg.match("t", [1, 2, 3, 4]).prefix_id == "short"  # type: ignore[union-attr]
+    assert reg.match("t", [2, 2, 3]) is None
+    reg.register("t", [7, 7, 7], prefix_id="filling")  # not ready: never matched
+    assert reg.match("t", [7, 7, 7, 7]) is None
+
+
+def test_unregister_defers_while_in_use() -> None:
+    reg = make()
+    reg.register("t", list(range(10)), prefix_id="p")
+    reg.mark_ready("p")
+    assert reg.acquire("p") == SlotRange(1, 10)
+    assert reg.unregister("p", "t") is False
+    with pytest.raises(PrefixNotFound):
+        reg.get("p", "t")  # gone for new users at once
+    assert reg.pool.stats().used == 10  # but the slots stay until the reader is done
+    reg.release("p")
+    assert reg.pool.stats().used == 0 and reg.list() == []
+
+
+def test_pinned_survives_pressure_unpinned_is_evicted() -> None:
+    reg = make(cap=30)
+    reg.register("t", list(range(10)), prefix_id="pinned")
+    reg.register("t", list(range(100, 110)), prefix_id="loose", pin=False)
+    for p in ("pinned", "loose"):
+        reg.mark_ready(p)
+    reg.register("t", list(range(200, 220)), prefix_id="big")
+    assert reg.get("pinned", "t").hot == SlotRange(1, 10)
+    assert reg.get("loose", "t").state is PrefixState.COLD and reg.get("loose", "t").hot is None
+    assert reg.get("big", "t").hot == SlotRange(11, 20)
+    assert reg.evictions == 1
+
+
+def test_too_big_is_cold_not_an_error() -> None:
+    reg = make(cap=5)
+    rec = reg.register("t", list(range(6)), prefix_id="huge")
+    assert rec.state is PrefixState.COLD and rec.hot is None
+    assert reg.acquire("huge") is None and reg.cold_registrations == 1
+
+
+def test_abort_fill_returns_slots() -> None:
+    reg = make()
+    reg.register("t", [1, 2, 3], prefix_id="p")
+    reg.abort_fill("p")
+    assert reg.pool.stats().used == 0 and reg.get("p", "t").state is PrefixState.COLD
+    rec = reg.register("t", [1, 2, 3], prefix_id="p")  # a retry places it again
+    assert rec.state is PrefixState.FILLING
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["reg", "regloose", "ready", "acq", "rel", "unreg",
+                                           "pin", "unpin"]),
+                          st.integers(0, 5), st.integers(1, 30)), max_size=50))
+def test_registry_never_loses_or_overlaps_slots(ops: list[tuple[str, int, int]]) -> None:
+    reg = make(cap=60)
+    held: dict[str, int] = {}  # prefix -> live references taken by "requests"
+    for op, k, n in ops:
+        pid = f"p{k}"
+        try:
+            if op in ("reg", "regloose"):
+                reg.register("t", [k] * n if pid not in {r.prefix_id for r in reg.list()}
+                             else list(reg.get(pid, "t").tokens), prefix_id=pid,
+                             pin=op == "reg")
+            elif op == "ready":
+                reg.mark_ready(pid)
+            elif op == "acq" and reg.acquire(pid) is not None:
+                held[pid] = held.get(pid, 0) + 1
+            elif op == "rel" and held.get(pid):
+                reg.release(pid)
+                held[pid] -= 1
+            elif op == "unreg":
+                reg.unregister(pid, "t")
+            elif op == "pin":
+                reg.pin(pid, "t")
+            elif op == "unpin":
+                reg.unpin(pid, "t")
+        except (PrefixNotFound, PrefixConflict):
+            pass
+        live = [r for r in reg.list() if r.hot is not None]
+        spans = sorted(r.hot for r in live if r.hot)
+        for a, b in zip(spans, spans[1:]):
+            assert a.end <= b.start
+        for r in live:
+            assert reg.pool.range_of(r.prefix_id) == r.hot
+            assert r.hot.length == r.length  # type: ignore[union-attr]
+        # a prefix someone still reads is never evicted from under them
+        for pid, n_held in held.items():
+            if n_held:
+                assert pid in reg.pool
+        assert reg.pool.stats().used == sum(reg.pool.range_of(k).length for k in reg.pool.keys())

@@ -1,0 +1,83 @@
+import torch
+
+from granikv_engine.dispatcher import Backend
+from granikv_engine.step_plan import StepPlan, hot_lengths
+
+ARENA = (1, 101)  # HOT slots 1..100
+
+
+def table(rows: list[list[int]], width: int = 12) -> torch.Tensor:
+    t = torch.full((len(rows), width), 999, dtype=torch.int32)  # 999: stale entries
+    for i, r in enumerate(rows):
+        t[i, : len(r)] = torch.tensor(r, dtype=torch.int32)
+    return t
+
+
+def test_hot_length_is_contiguous_in_arena_and_bounded_by_context() -> None:
+    bt = table([
+        [10, 11, 12, 13, 200, 201],      # prefix 10..13 then COLD
+        [10, 11, 12, 13, 202],           # same prefix
+        [50, 51, 53, 300],               # run breaks at 53
+        [200, 201, 202],                 # no HOT at all
+        [10, 11, 12, 13, 14, 15],        # a fill row: all HOT, context ends at 3
+        [99, 100, 101, 102],             # run leaves the arena at 101
+    ])
+    ctx = torch.tensor([5, 4, 3, 2, 3, 4])
+    assert hot_lengths(bt, ctx, ARENA).tolist() == [4, 4, 2, 0, 3, 2]
+
+
+def test_stale_entries_past_seq_len_are_ignored() -> None:
+    bt = table([[10, 11]], width=6)
+    bt[0, 2:] = torch.tensor([12, 13, 14, 15], dtype=torch.int32)  # stale but contiguous
+    assert hot_lengths(bt, torch.tensor([1]), ARENA).tolist() == [1]
+
+
+def test_grouping_and_lowering_mixed_prefill_decode() -> None:
+    # rows: 0 decode on A(10..13), 1 prefill of 3 on A, 2 decode on B(40..41), 3 no prefix
+    bt = table([
+        [10, 11, 12, 13, 200, 201],
+        [10, 11, 12, 13, 210, 211, 212],
+        [40, 41, 220, 221],
+        [230, 231, 232],
+    ])
+    qsl = torch.tensor([0, 1, 4, 5, 6], dtype=torch.int32)
+    seq = torch.tensor([6, 7, 4, 3], dtype=torch.int32)
+    plan = StepPlan.build(qsl, seq, bt, ARENA, min_hot_len=1)
+    assert [(g.hot_start, g.hot_len, g.rows, g.num_queries, g.suffix_tokens)
+            for g in plan.groups] == [(10, 4, (0, 1), 4, 5), (40, 2, (2,), 1, 2)]
+    k = plan.lower([Backend.CASCADE, Backend.PAGED])
+    assert k.kv_pos_start.tolist() == [4, 4, 0, 0]
+    assert k.kv_seq_lens.tolist() == [2, 3, 4, 3]
+    assert k.max_kv == 4 and k.max_q == 3
+    assert k.block_table[0, :2].tolist() == [200, 201]
+    assert k.block_table[1, :3].tolist() == [210, 211, 212]
+    assert k.block_table[2, :4].tolist() == [40, 41, 220, 221]
+    assert k.cascade_q_index.tolist() == [0, 1, 2, 3]
+    assert [(c.hot_start, c.hot_len, c.q_begin, c.q_end) for c in k.cascade] == [(10, 4, 0, 4)]
+    indptr, indices = k.kv_csr()
+    assert indptr.tolist() == [0, 2, 5, 9, 12]
+    assert indices.tolist() == [200, 201, 210, 211, 212, 40, 41, 220, 221, 230, 231, 232]
+
+
+def test_min_hot_len_drops_short_groups() -> None:
+    bt = table([[10, 11, 200], [50, 201]])
+    plan = StepPlan.build(torch.tensor([0, 1, 2], dtype=torch.int32),
+                          torch.tensor([3, 2], dtype=torch.int32), bt, ARENA, min_hot_len=2)
+    assert [g.rows for g in plan.groups] == [(0,)]
+    assert plan.hot_lens.tolist() == [2, 0]
+
+
+def test_cascade_query_index_is_group_major() -> None:
+    bt = table([[60, 61, 200], [10, 11, 201], [60, 61, 202]])
+    qsl = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    plan = StepPlan.build(qsl, torch.tensor([3, 3, 3], dtype=torch.int32), bt, ARENA)
+    k = plan.lower([Backend.CASCADE, Backend.CASCADE])
+    assert [g.hot_start for g in plan.groups] == [10, 60]
+    assert k.cascade_q_index.tolist() == [1, 0, 2]
+    assert [(c.q_begin, c.q_end) for c in k.cascade] == [(0, 1), (1, 3)]
+
+
+def test_empty_step() -> None:
+    plan = StepPlan.build(torch.zeros(1, dtype=torch.int32), torch.zeros(0, dtype=torch.int32),
+                          torch.zeros(0, 4, dtype=torch.int32), ARENA)
+    assert plan.groups == () and plan.lower([]).max_kv == 0
