@@ -97,21 +97,30 @@ class PrefixRegistry:
         self._place(rec, pin)
         return rec
 
-    def mark_ready(self, prefix_id: str) -> PrefixRecord:
-        """The registering request's prefill wrote the whole prefix."""
-        rec = self._get(prefix_id)
-        if rec.state is PrefixState.FILLING:
+    def mark_ready(self, prefix_id: str) -> PrefixRecord | None:
+        """The registering request's prefill wrote the whole prefix. Returns the record,
+        or None when it was unregistered meanwhile (its slots are then released)."""
+        rec = self._records.get(prefix_id)
+        if rec is None or rec.state is not PrefixState.FILLING:
+            return rec
+        if not rec.doomed:
             rec.state = PrefixState.READY
-            self.release(prefix_id)  # the fill's own reference
-        return rec
+        self.release(prefix_id)  # the fill's own reference; reaps a doomed record
+        return None if rec.doomed else rec
 
     def abort_fill(self, prefix_id: str) -> None:
         """The registering request died before its prefill finished: give the slots back."""
-        rec = self._get(prefix_id)
-        if rec.state is not PrefixState.FILLING:
+        rec = self._records.get(prefix_id)
+        if rec is None or rec.state is not PrefixState.FILLING:
             return
-        self.pool.release(prefix_id)  # the fill's own reference
-        self._drop_hot(rec)
+        doomed = rec.doomed
+        self.release(prefix_id)  # the fill's own reference
+        if not doomed:
+            self._drop_hot(rec)
+
+    def peek(self, prefix_id: str) -> PrefixRecord | None:
+        """The engine's raw view: also records being removed."""
+        return self._records.get(prefix_id)
 
     def unregister(self, prefix_id: str, team: str) -> bool:
         """Forget a prefix. Returns True when its HOT slots were released now; False when

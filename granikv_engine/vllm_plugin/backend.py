@@ -1,0 +1,168 @@
+"""The GraniKV attention backend for vLLM: metadata builder (once per step) and impl
+(once per layer).
+
+KV cache layout: ``[num_blocks, block_size, Hkv, 2*D]`` with ``block_size=1``, so a run
+of consecutive block ids is a contiguous ``[L, Hkv, D]`` slab (K in the first ``D`` of the
+last dim, V in the second). ``num_blocks`` comes first, as vLLM's CPU runner zeroes whole
+blocks with ``kv[block_id]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from vllm.config import VllmConfig
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionLayer,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+
+from granikv_engine.config import GraniKVConfig
+from granikv_engine.dispatcher import AttnShape, Backend, CalibrationTable, Choice, Dispatcher
+from granikv_engine.stats import DispatchCounters
+from granikv_engine.step_plan import KernelPlan, StepPlan
+from granikv_engine.vllm_plugin.attn_ops import ops_for
+from granikv_engine.vllm_plugin.enable import granikv_config
+
+
+class GraniKVAttentionBackend(AttentionBackend):
+    forward_includes_kv_cache_update: bool = True
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16,
+                                                     torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list[Any]] = ["auto", "float16", "bfloat16"]
+
+    @staticmethod
+    def get_name() -> str:
+        # A real AttentionBackendEnum member: the attention layer indexes the enum by it.
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls() -> type[GraniKVAttentionImpl]:
+        return GraniKVAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[GraniKVMetadataBuilder]:
+        return GraniKVMetadataBuilder
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int,
+                           head_size: int, cache_dtype_str: str = "auto") -> tuple[int, ...]:
+        return (num_blocks, block_size, num_kv_heads, 2 * head_size)
+
+    @classmethod
+    def get_preferred_block_size(cls, default_block_size: int) -> int:
+        return 1
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+
+@dataclass
+class GraniKVMetadata:
+    num_actual_tokens: int
+    slot_mapping: torch.Tensor  # [num_actual_tokens] int64 slot ids (-1 = padding)
+    plan: KernelPlan
+    choices: tuple[Choice, ...]
+
+
+class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
+    # Per-step grouping changes the kernels' launch shapes: attention runs eagerly
+    # between CUDA-graph pieces (PIECEWISE).
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+
+    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: VllmConfig,
+                 device: torch.device) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.cfg: GraniKVConfig = granikv_config(vllm_config) or GraniKVConfig(enabled=True)
+        num_blocks = vllm_config.cache_config.num_gpu_blocks
+        cap = self.cfg.hot_capacity(num_blocks) if num_blocks else 0
+        # The scheduler reserves block ids 1..cap (0 is vLLM's null block).
+        self.arena = (1, 1 + cap) if cap else (1, 1 << 62)
+        self.dispatcher = Dispatcher(
+            _attn_shape(vllm_config, kv_cache_spec),
+            table=_load_table(self.cfg),
+            force=None if self.cfg.backend == "auto" else Backend(self.cfg.backend),
+            margin=self.cfg.dispatch_margin)
+        self.counters = DispatchCounters()
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> GraniKVMetadata:
+        cam = common_attn_metadata
+        b = cam.num_reqs
+        plan = StepPlan.build(cam.query_start_loc[: b + 1], cam.seq_lens[:b],
+                              cam.block_table_tensor[:b], self.arena, self.cfg.min_hot_len)
+        choices = tuple(self.dispatcher.choose_all(g.stats() for g in plan.groups))
+        self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
+        kplan = plan.lower([c.backend for c in choices])
+        return GraniKVMetadata(cam.num_actual_tokens, cam.slot_mapping, kplan, choices)
+
+
+class GraniKVAttentionImpl(AttentionImpl[GraniKVMetadata]):
+    def __init__(self, num_heads: int, head_size: int, scale: float,
+                 num_kv_heads: int | None = None, alibi_slopes: list[float] | None = None,
+                 sliding_window: int | None = None, kv_cache_dtype: str = "auto",
+                 logits_soft_cap: float | None = None, attn_type: str = AttentionType.DECODER,
+                 kv_sharing_target_layer_name: str | None = None, **unsupported: Any) -> None:
+        if alibi_slopes is not None or sliding_window is not None or logits_soft_cap:
+            raise NotImplementedError("GraniKV supports plain softmax attention only "
+                                      "(no ALiBi, sliding window or soft cap)")
+        if unsupported.get("sinks") is not None:
+            raise NotImplementedError("GraniKV does not support attention sinks")
+        self.num_heads, self.head_size, self.scale = num_heads, head_size, float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self._ops: Any = None
+
+    def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor,
+                value: torch.Tensor, kv_cache: torch.Tensor,
+                attn_metadata: GraniKVMetadata | None, output: torch.Tensor,
+                output_scale: torch.Tensor | None = None,
+                output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("fused output quantization is not supported")
+        if attn_metadata is None:  # profiling / warm-up run
+            return output
+        if self._ops is None:
+            self._ops = ops_for(query.device)
+        n, d = attn_metadata.num_actual_tokens, self.head_size
+        # [num_slots, Hkv, D] strided views into [num_blocks, 1, Hkv, 2D]
+        k_cache = kv_cache[..., :d].flatten(0, 1)
+        v_cache = kv_cache[..., d:].flatten(0, 1)
+        if self.kv_sharing_target_layer_name is None and key is not None:
+            self._ops.write_kv(key.view(-1, self.num_kv_heads, d),
+                               value.view(-1, self.num_kv_heads, d), k_cache, v_cache,
+                               attn_metadata.slot_mapping[:n])
+        q = query[:n].view(n, self.num_heads, d)
+        out = output[:n].view(n, self.num_heads, d)
+        self._ops.forward(q, k_cache, v_cache, attn_metadata.plan, self.scale, out)
+        return output
+
+
+def _attn_shape(vllm_config: VllmConfig, kv_cache_spec: Any) -> AttnShape:
+    par = vllm_config.parallel_config
+    model = vllm_config.model_config
+    tp = par.tensor_parallel_size
+    q_per_rank = model.get_num_attention_heads(par)
+    return AttnShape(num_q_heads=q_per_rank * tp, num_kv_heads=kv_cache_spec.num_kv_heads * tp,
+                     head_dim=kv_cache_spec.head_size,
+                     dtype_bytes=torch.tensor([], dtype=kv_cache_spec.dtype).element_size(),
+                     hidden_size=model.get_hidden_size(), tp=tp)
+
+
+def _load_table(cfg: GraniKVConfig) -> CalibrationTable | None:
+    if cfg.calibration_path:
+        try:
+            return CalibrationTable.load(cfg.calibration_path)
+        except FileNotFoundError:
+            return None
+    return None

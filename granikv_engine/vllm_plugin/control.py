@@ -1,0 +1,99 @@
+"""Control operations on a running GraniKV engine (list, pin, unpin, unregister,
+stats), served by the scheduler in the engine-core process.
+
+They travel as vLLM *utility calls* (``EngineCore.granikv_control``), the same channel
+``reset_prefix_cache`` uses, so they work in-process and across processes. Answers are
+plain dicts; errors come back as ``{"error": {"status", "type", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from granikv_engine.prefix_registry import PrefixError, PrefixRecord, PrefixState
+
+
+def record_dict(rec: PrefixRecord) -> dict[str, Any]:
+    return {"prefix_id": rec.prefix_id, "team": rec.team, "length": rec.length,
+            "state": rec.state.value, "pinned": rec.pinned, "hits": rec.hits,
+            "content_hash": rec.content_hash,
+            "hot_start": rec.hot.start if rec.hot else None}
+
+
+def error_dict(e: Exception) -> dict[str, Any]:
+    status = getattr(e, "status", 400)
+    return {"error": {"status": status, "type": type(e).__name__, "message": str(e)}}
+
+
+class Control:
+    def __init__(self, scheduler: Any) -> None:
+        self.s = scheduler
+
+    def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        fn = getattr(self, f"op_{op}", None)
+        if fn is None:
+            return error_dict(ValueError(f"unknown granikv op {op!r}"))
+        try:
+            out: dict[str, Any] = fn(**args)
+        except (PrefixError, TypeError, ValueError) as e:
+            return error_dict(e)
+        self.s._publish_seeds()
+        return out
+
+    def op_list(self, team: str | None = None) -> dict[str, Any]:
+        return {"prefixes": [record_dict(r) for r in self.s.registry.list(team)]}
+
+    def op_get(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
+        return record_dict(self.s.registry.get(prefix_id, team))
+
+    def op_pin(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
+        return record_dict(self.s.registry.pin(prefix_id, team))
+
+    def op_unpin(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
+        return record_dict(self.s.registry.unpin(prefix_id, team))
+
+    def op_unregister(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
+        freed = self.s.registry.unregister(prefix_id, team)
+        return {"prefix_id": prefix_id, "freed_now": freed}
+
+    def op_stats(self) -> dict[str, Any]:
+        s, gk = self.s, self.s.gk
+        free = gk.block_pool.get_num_free_blocks()
+        states = [r.state for r in s.registry.list()]
+        return {
+            "hot": s.registry.pool.stats()._asdict(),
+            "cold": {"capacity": gk.cold_capacity, "free": free,
+                     "used": gk.cold_capacity - free, "usage": gk.usage},
+            "prefixes": {st.value: states.count(st) for st in PrefixState},
+            "hits": dataclasses.asdict(gk.hot_counters),
+            "events": dict(s.gk_events),
+            "evictions": s.registry.evictions,
+            "cold_registrations": s.registry.cold_registrations,
+            "seeded_hash_tokens": s.hasher.seeded_tokens if s.hasher else 0,
+        }
+
+
+def worker_dispatch_stats(worker: Any) -> dict[str, Any]:
+    """Runs on each worker (via collective_rpc): the dispatcher counters of its GraniKV
+    metadata builders, summed."""
+    from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder
+
+    total: dict[str, Any] = {}
+    runner = getattr(worker, "model_runner", None)
+    for groups in getattr(runner, "attn_groups", []) or []:
+        for group in groups:
+            for b in getattr(group, "metadata_builders", []):
+                if isinstance(b, GraniKVMetadataBuilder):
+                    _merge(total, b.counters.snapshot())
+    return total
+
+
+def _merge(into: dict[str, Any], snap: dict[str, Any]) -> None:
+    for k, v in snap.items():
+        if isinstance(v, dict):
+            d = into.setdefault(k, {})
+            for kk, vv in v.items():
+                d[kk] = d.get(kk, 0) + vv
+        else:
+            into[k] = into.get(k, 0) + v

@@ -1,0 +1,218 @@
+"""HOT-aware KV cache manager: vLLM's ``KVCacheManager`` with a reserved HOT arena.
+
+Block ids ``[arena.start, arena.end)`` are taken out of vLLM's free queue at start-up
+and hold one reservation reference each for the life of the engine; the ``HotPool``
+owns them. Everything else is the COLD pool: vLLM's own ``BlockPool`` at block size 1.
+
+- A *fill* request (registration) gets the prefix's HOT blocks as its blocks, so its
+  prefill writes the prefix K/V there. They are marked cached up front, so vLLM never
+  hashes them into its prefix-cache map.
+- A *hit* request gets the HOT blocks as computed blocks (``num_computed = Lp``), then
+  any stock prefix-cache continuation, then COLD blocks for its own tokens.
+- HOT blocks are never touched nor freed per block: a request holds one ``HotPool``
+  reference, taken and dropped in O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vllm.logger import init_logger
+from vllm.v1.core.block_pool import BlockHashToBlockMap
+from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from vllm.v1.core.kv_cache_utils import KVCacheBlock
+from vllm.v1.request import Request
+
+from granikv_engine.hot_pool import SlotRange
+from granikv_engine.prefix_registry import PrefixRegistry, PrefixState
+
+logger = init_logger(__name__)
+
+
+class HotRun(list):  # type: ignore[type-arg]
+    """Computed blocks whose first ``hot_len`` entries are HOT: touch only the rest."""
+
+    hot_len: int = 0
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the scheduler decided for a request when it arrived."""
+
+    prefix_id: str
+    fill: bool  # True: registration; False: a hit on a READY prefix
+
+
+@dataclass
+class Held:
+    prefix_id: str
+    start: int  # first HOT slot
+    hot_len: int  # leading HOT blocks of the request's block list
+    fill: bool
+
+
+@dataclass
+class HotCounters:
+    hits: int = 0
+    hit_tokens: int = 0
+    cold_fallbacks: int = 0  # named a prefix that was not READY in HOT
+
+
+class GraniKVCacheManager(KVCacheManager):
+    """Adopted in place by ``GraniKVScheduler`` (see ``adopt``)."""
+
+    registry: PrefixRegistry
+    arena: SlotRange
+    intents: dict[str, Intent]
+    held: dict[str, Held]
+    hot_counters: HotCounters
+
+    @classmethod
+    def adopt(cls, manager: KVCacheManager, registry: PrefixRegistry,
+              arena: SlotRange) -> GraniKVCacheManager:
+        """Turn the scheduler's stock manager into this class. The Scheduler builds its
+        manager inline with a dozen arguments; adopting keeps that call the stock one."""
+        if manager.num_kv_cache_groups != 1:
+            raise ValueError("GraniKV supports models with one KV cache group")
+        manager.__class__ = cls
+        me: GraniKVCacheManager = manager  # type: ignore[assignment]
+        me.registry, me.arena = registry, arena
+        me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
+        _patch_touch(me.block_pool)
+        return me
+
+    # ---- lookups --------------------------------------------------------------------
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
+        intent = self.intents.get(request.request_id)
+        if intent is None:
+            return super().get_computed_blocks(request)
+        held = self.held.get(request.request_id) or self._take(request, intent)
+        if held is None:
+            self.hot_counters.cold_fallbacks += 1
+            return super().get_computed_blocks(request)
+        run = HotRun(self.block_pool.blocks[held.start:held.start + held.hot_len])
+        run.hot_len = held.hot_len
+        if held.fill:
+            return KVCacheBlocks((run,)), 0, 0
+        extra, n_extra = self._continue_hit(request, held.hot_len)
+        run.extend(extra)
+        if self.log_stats and self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(num_tokens=request.num_tokens,
+                                           num_hits=held.hot_len + n_extra,
+                                           preempted=request.num_preemptions > 0)
+        self.hot_counters.hits += 1
+        self.hot_counters.hit_tokens += held.hot_len
+        return KVCacheBlocks((run,)), held.hot_len + n_extra, 0
+
+    def _take(self, request: Request, intent: Intent) -> Held | None:
+        """Take the HOT reference for a request, once per (re)admission."""
+        try:
+            rec = self.registry.get(intent.prefix_id, None)
+        except KeyError:
+            return None
+        if intent.fill:
+            if rec.state is not PrefixState.FILLING or rec.hot is None:
+                return None
+            held = Held(rec.prefix_id, rec.hot.start, rec.length, True)
+        else:
+            if rec.state is not PrefixState.READY:
+                return None
+            hot = self.registry.acquire(rec.prefix_id)
+            if hot is None:
+                return None
+            # At least one prompt token must be computed to produce logits.
+            held = Held(rec.prefix_id, hot.start, min(rec.length, request.num_tokens - 1),
+                        False)
+        self.held[request.request_id] = held
+        return held
+
+    def _continue_hit(self, request: Request, hot_len: int) -> tuple[list[KVCacheBlock], int]:
+        """Stock prefix-cache hits after the HOT prefix (e.g. an agent's earlier turns).
+        The hash chain already fingerprints the prefix, so the lookup starts at Lp."""
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return [], 0
+        hashes = request.block_hashes[hot_len:]
+        if not hashes:
+            return [], 0
+        blocks, n, _ = self.coordinator.find_longest_cache_hit(
+            hashes, request.num_tokens - 1 - hot_len)
+        return list(blocks[0]), n
+
+    # ---- freeing ----------------------------------------------------------------------
+    def free(self, request: Request) -> None:
+        blocks = self.pop_blocks_for_free(request)
+        self.block_pool.free_blocks(reversed(blocks))
+
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """The request's COLD blocks; its HOT blocks stay with the HotPool."""
+        blocks = super().pop_blocks_for_free(request)
+        held = self.held.pop(request.request_id, None)
+        if held is None:
+            return blocks
+        if blocks and blocks[0].block_id == held.start:
+            blocks = blocks[held.hot_len:]
+        if not held.fill:
+            self.registry.release(held.prefix_id)
+        return blocks
+
+    def forget(self, request_id: str) -> None:
+        self.intents.pop(request_id, None)
+
+    # ---- pool-wide ----------------------------------------------------------------------
+    @property
+    def cold_capacity(self) -> int:
+        return self.block_pool.num_gpu_blocks - 1 - self.arena.length
+
+    @property
+    def usage(self) -> float:
+        """COLD usage only: the reserved HOT arena is not 'used' KV cache."""
+        cap = self.cold_capacity
+        return 0.0 if cap <= 0 else 1.0 - self.block_pool.get_num_free_blocks() / cap
+
+    def reset_prefix_cache(self) -> bool:
+        bp = self.block_pool
+        if bp.get_num_free_blocks() != self.cold_capacity:
+            logger.warning("GraniKV: cannot reset the prefix cache while COLD blocks are "
+                           "in use (%d)", self.cold_capacity - bp.get_num_free_blocks())
+            return False
+        bp.cached_block_hash_to_block = BlockHashToBlockMap()
+        bp.cached_block_hashes_by_block.clear()
+        for block in bp.blocks:
+            block.reset_hash()
+        if bp.metrics_collector:
+            bp.metrics_collector.reset()
+        return True
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        a = self.arena
+        super().evict_blocks({b for b in block_ids if not a.start <= b < a.end})
+
+
+def _patch_touch(block_pool: Any) -> None:
+    """``touch`` skips the HOT head of a ``HotRun``: O(1) per hit instead of O(Lp)."""
+    stock = block_pool.touch
+
+    def touch(blocks: Sequence[KVCacheBlock]) -> None:
+        if isinstance(blocks, HotRun):
+            blocks = blocks[blocks.hot_len:]
+        stock(blocks)
+
+    block_pool.touch = touch
+
+
+def reserve_arena(block_pool: Any, capacity: int) -> SlotRange:
+    """Take ``capacity`` blocks off the head of a fresh free queue: ids 1..capacity."""
+    if capacity <= 0:
+        return SlotRange(1, 0)
+    if block_pool.get_num_free_blocks() < capacity + 1:
+        raise ValueError(f"HOT arena of {capacity} blocks does not fit a pool of "
+                         f"{block_pool.get_num_free_blocks()} free blocks")
+    blocks = block_pool.free_block_queue.popleft_n(capacity)
+    ids = [b.block_id for b in blocks]
+    if ids != list(range(ids[0], ids[0] + capacity)):
+        raise RuntimeError("the free queue is not in id order; reserve the arena at start-up")
+    for b in blocks:
+        b.ref_cnt += 1  # the reservation's reference: never in the free queue again
+    return SlotRange(ids[0], capacity)

@@ -1,0 +1,156 @@
+"""GraniKV schedulers: vLLM's (async) scheduler with a HOT arena and prefix binding.
+
+On arrival a request is bound (``Intent``) to a prefix: as its *fill* when it registers
+one, or as a *hit* when it names a READY prefix of its team (or, with prompt matching on,
+when its prompt starts with one). Everything else about scheduling is stock vLLM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from granikv_engine.hot_pool import HotPool
+from granikv_engine.prefix_registry import PrefixError, PrefixRegistry, PrefixState
+from granikv_engine.vllm_plugin.control import Control
+from granikv_engine.vllm_plugin.enable import granikv_config
+from granikv_engine.vllm_plugin.hasher import Seed, SeededBlockHasher, SeedTable
+from granikv_engine.vllm_plugin.kv_manager import GraniKVCacheManager, Intent, reserve_arena
+from granikv_engine.vllm_plugin.request_args import GraniKVArgs
+
+logger = init_logger(__name__)
+
+_DONE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+
+
+class GraniKVSchedulerMixin:
+    """Mixed into ``Scheduler`` and ``AsyncScheduler`` (chosen by async_scheduling)."""
+
+    kv_cache_manager: Any
+    block_size: int
+    vllm_config: Any
+
+    def _granikv_setup(self) -> None:
+        cfg = granikv_config(self.vllm_config)
+        if cfg is None:
+            raise ValueError("GraniKVScheduler needs additional_config.granikv.enabled")
+        if self.block_size != 1:
+            raise ValueError(f"GraniKV needs block_size=1, got {self.block_size}")
+        pool = self.kv_cache_manager.block_pool
+        arena = reserve_arena(pool, cfg.hot_capacity(pool.num_gpu_blocks))
+        self.gk_cfg = cfg
+        self.registry = PrefixRegistry(HotPool(arena.start, arena.length))
+        self.gk = GraniKVCacheManager.adopt(self.kv_cache_manager, self.registry, arena)
+        self.hasher: SeededBlockHasher | None = None
+        self._filling: dict[str, str] = {}  # request id -> prefix id it fills
+        self.gk_events: dict[str, int] = {"registrations": 0, "fills_done": 0,
+                                          "fills_aborted": 0, "bind_errors": 0,
+                                          "bound_requests": 0}
+        self.control = Control(self)
+        logger.info("GraniKV: HOT arena = blocks [%d, %d), COLD = %d blocks",
+                    arena.start, arena.end, self.gk.cold_capacity)
+
+    # ---- binding ------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        intent = self._bind(request)
+        if intent is not None:
+            self.gk.intents[request.request_id] = intent
+            self.gk_events["bound_requests"] += 1
+        super().add_request(request)  # type: ignore[misc]
+
+    def _bind(self, request: Request) -> Intent | None:
+        sp = request.sampling_params
+        prompt = request.prompt_token_ids
+        try:
+            args = GraniKVArgs.from_extra_args(sp.extra_args if sp is not None else None)
+            if prompt is None:
+                return None
+            if args is not None and args.register:
+                return self._bind_fill(request, args, prompt)
+            team = (args.team if args else None) or self.gk_cfg.default_team
+            if args is not None and args.prefix_id:
+                rec = self.registry.get(args.prefix_id, team)
+                if not _starts_with(prompt, rec.tokens):
+                    raise PrefixError(f"prompt does not start with prefix {rec.prefix_id!r}")
+                # Not READY yet (filling, or COLD): bound now, served from HOT if it is
+                # READY when first scheduled, else by the stock path.
+                return Intent(rec.prefix_id, fill=False)
+            if self.gk_cfg.prompt_match:
+                rec = self.registry.match(team, prompt)
+                return Intent(rec.prefix_id, fill=False) if rec else None
+        except (PrefixError, ValueError) as e:
+            self.gk_events["bind_errors"] += 1
+            logger.warning("GraniKV: request %s served without HOT binding: %s",
+                           request.request_id, e)
+        return None
+
+    def _bind_fill(self, request: Request, args: GraniKVArgs, prompt: list[int]) -> Intent | None:
+        team = args.team or self.gk_cfg.default_team
+        rec = self.registry.register(team, prompt, args.prefix_id, pin=args.pin)
+        self.gk_events["registrations"] += 1
+        self._publish_seeds()  # registering may have evicted others
+        if rec.state is PrefixState.FILLING and rec.prefix_id not in self._filling.values():
+            self._filling[request.request_id] = rec.prefix_id
+            return Intent(rec.prefix_id, fill=True)
+        if rec.state is PrefixState.READY:  # already there: an ordinary hit
+            return Intent(rec.prefix_id, fill=False)
+        return None  # did not fit the arena, or another request is filling it
+
+    # ---- completion -----------------------------------------------------------------
+    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
+        out = super()._free_request(request, delay_free_blocks)  # type: ignore[misc]
+        rid = request.request_id
+        pid = self._filling.pop(rid, None)
+        rec = self.registry.peek(pid) if pid is not None else None
+        if pid is not None and rec is not None:
+            if request.status in _DONE and request.num_computed_tokens >= rec.length:
+                if _plain_hashing(request) and len(request.block_hashes) >= rec.length:
+                    rec.meta["block_hashes"] = list(request.block_hashes[:rec.length])
+                self.registry.mark_ready(pid)
+                self.gk_events["fills_done"] += 1
+            else:
+                self.registry.abort_fill(pid)
+                self.gk_events["fills_aborted"] += 1
+            self._publish_seeds()
+        self.gk.forget(rid)
+        return out
+
+    # ---- hashing --------------------------------------------------------------------
+    def wrap_block_hasher(self, stock: Any) -> SeededBlockHasher:
+        self.hasher = SeededBlockHasher(stock, self.gk_cfg.default_team,
+                                        self.gk_cfg.prompt_match)
+        self._publish_seeds()
+        return self.hasher
+
+    def _publish_seeds(self) -> None:
+        if self.hasher is None:
+            return
+        seeds = [Seed(r.prefix_id, r.team, list(r.tokens), r.meta["block_hashes"])
+                 for r in self.registry.list()
+                 if r.state is PrefixState.READY and "block_hashes" in r.meta]
+        self.hasher.publish(SeedTable.build(seeds))  # type: ignore[arg-type]
+
+
+def _starts_with(prompt: list[int], tokens: tuple[int, ...]) -> bool:
+    return len(prompt) > len(tokens) and tuple(prompt[: len(tokens)]) == tokens
+
+
+def _plain_hashing(request: Request) -> bool:
+    return (request.lora_request is None and not request.mm_features
+            and not request.cache_salt)
+
+
+class GraniKVScheduler(GraniKVSchedulerMixin, Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._granikv_setup()
+
+
+class GraniKVAsyncScheduler(GraniKVSchedulerMixin, AsyncScheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._granikv_setup()
