@@ -71,7 +71,14 @@ class Control:
             "evictions": s.registry.evictions,
             "cold_registrations": s.registry.cold_registrations,
             "seeded_hash_tokens": s.hasher.seeded_tokens if s.hasher else 0,
+            "scheduler": s.step_stats.snapshot(),
         }
+
+    def op_reset_peaks(self) -> dict[str, Any]:
+        from granikv_engine.vllm_plugin.scheduler import StepStats
+
+        self.s.step_stats = StepStats()
+        return {"ok": True}
 
 
 def worker_dispatch_stats(worker: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from granikv_engine.config import GraniKVConfig
 SCHEDULER = "granikv_engine.vllm_plugin.scheduler.GraniKVScheduler"
 ASYNC_SCHEDULER = "granikv_engine.vllm_plugin.scheduler.GraniKVAsyncScheduler"
 BACKEND = "granikv_engine.vllm_plugin.backend.GraniKVAttentionBackend"
+EXTENSION = "granikv_engine.vllm_plugin.worker_ext.GraniKVWorkerExtension"
 
 
 def granikv_config(vllm_config: Any) -> GraniKVConfig | None:
@@ -43,6 +44,9 @@ def apply_to_vllm_config(vllm_config: Any) -> None:
     sched.scheduler_cls = mine
     if vllm_config.model_config is not None:
         vllm_config.model_config.disable_cascade_attn = True
+    par = vllm_config.parallel_config
+    if par.worker_extension_cls in (None, "", EXTENSION):
+        par.worker_extension_cls = EXTENSION
 
 
 def _check_supported(vllm_config: Any) -> None:

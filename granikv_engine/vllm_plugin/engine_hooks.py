@@ -1,36 +1,56 @@
-"""Hooks on vLLM's ``EngineCore`` (engine-core process), installed by the plugin.
+"""Hooks on vLLM's engine core, installed by the plugin in every process.
 
-- after ``__init__``: a GraniKV scheduler wraps the engine's block hasher
-  (``hasher.py``) - the engine builds the hasher after the scheduler, so the scheduler
-  cannot do it itself;
-- ``granikv_control(op, args)``: the utility call behind ``control.py``.
+- ``get_request_block_hasher`` (as looked up by ``vllm.v1.engine.core``) is wrapped: when
+  the engine that is being built has a GraniKV scheduler, its hasher becomes the
+  scheduler's seeded hasher (``hasher.py``). ``EngineCore.__init__`` builds the scheduler
+  first and the hasher right after, and the plugin is loaded at the top of that same
+  ``__init__``, so this is the one place that sees both in every process layout.
+- ``EngineCore.granikv_control(op, args)``: the utility call behind ``control.py``.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
-from granikv_engine.vllm_plugin.control import error_dict, worker_dispatch_stats
+from granikv_engine.vllm_plugin.control import error_dict
+
+
+class _Handoff:
+    """The GraniKV scheduler built by the engine core now being constructed."""
+
+    ref: weakref.ReferenceType[Any] | None = None
+
+    @classmethod
+    def offer(cls, scheduler: Any) -> None:
+        cls.ref = weakref.ref(scheduler)
+
+    @classmethod
+    def take(cls) -> Any:
+        sched, cls.ref = (cls.ref() if cls.ref else None), None
+        return sched
+
+
+offer_scheduler = _Handoff.offer
 
 
 def install() -> None:
-    from vllm.v1.engine.core import EngineCore
+    import vllm.v1.engine.core as core
 
-    if getattr(EngineCore, "_granikv_hooked", False):
+    if getattr(core.EngineCore, "_granikv_hooked", False):
         return
-    stock_init = EngineCore.__init__
+    stock_factory = core.get_request_block_hasher
 
-    @functools.wraps(stock_init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        stock_init(self, *args, **kwargs)
-        wrap = getattr(self.scheduler, "wrap_block_hasher", None)
-        if wrap is not None and self.request_block_hasher is not None:
-            self.request_block_hasher = wrap(self.request_block_hasher)
+    @functools.wraps(stock_factory)
+    def get_request_block_hasher(*args: Any, **kwargs: Any) -> Any:
+        stock = stock_factory(*args, **kwargs)
+        sched = _Handoff.take()
+        return sched.wrap_block_hasher(stock) if sched is not None else stock
 
-    EngineCore.__init__ = __init__  # type: ignore[method-assign]
-    EngineCore.granikv_control = granikv_control  # type: ignore[attr-defined]
-    EngineCore._granikv_hooked = True  # type: ignore[attr-defined]
+    core.get_request_block_hasher = get_request_block_hasher
+    core.EngineCore.granikv_control = granikv_control  # type: ignore[attr-defined]
+    core.EngineCore._granikv_hooked = True  # type: ignore[attr-defined]
 
 
 def granikv_control(self: Any, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -40,7 +60,7 @@ def granikv_control(self: Any, op: str, args: dict[str, Any] | None = None) -> d
                                        "(additional_config.granikv.enabled)"))
     out = control.handle(op, dict(args or {}))
     if op == "stats" and "error" not in out:
-        ranks = self.model_executor.collective_rpc(worker_dispatch_stats)
+        ranks = self.model_executor.collective_rpc("granikv_dispatch_stats")
         out["dispatch"] = ranks[0] if ranks else {}
         out["dispatch_ranks_agree"] = all(r == ranks[0] for r in ranks)
     return out

@@ -7,6 +7,7 @@ when its prompt starts with one). Everything else about scheduling is stock vLLM
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from vllm.logger import init_logger
@@ -18,6 +19,7 @@ from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import PrefixError, PrefixRegistry, PrefixState
 from granikv_engine.vllm_plugin.control import Control
 from granikv_engine.vllm_plugin.enable import granikv_config
+from granikv_engine.vllm_plugin.engine_hooks import offer_scheduler
 from granikv_engine.vllm_plugin.hasher import Seed, SeededBlockHasher, SeedTable
 from granikv_engine.vllm_plugin.kv_manager import GraniKVCacheManager, Intent, reserve_arena
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
@@ -51,8 +53,39 @@ class GraniKVSchedulerMixin:
                                           "fills_aborted": 0, "bind_errors": 0,
                                           "bound_requests": 0}
         self.control = Control(self)
+        self.step_stats = StepStats()
+        offer_scheduler(self)  # the engine core builds its block hasher next
         logger.info("GraniKV: HOT arena = blocks [%d, %d), COLD = %d blocks",
                     arena.start, arena.end, self.gk.cold_capacity)
+
+    # ---- timing and peaks (for the overhead benchmark and the memory proof) ----------
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        dt = time.perf_counter() - t
+        used = self._cold_used()
+        self.step_stats.scheduled(dt, used, used - self._cold_tokens_running())
+        return out
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        out = super().update_from_output(*args, **kwargs)  # type: ignore[misc]
+        self.step_stats.updated(time.perf_counter() - t)
+        return out
+
+    def _cold_used(self) -> int:
+        return self.gk.cold_capacity - self.gk.block_pool.get_num_free_blocks()
+
+    def _cold_tokens_running(self) -> int:
+        """Tokens of running requests that need a COLD slot (computed or scheduled, past
+        their HOT prefix). Equals COLD slots in use when no two requests share a COLD
+        block: the token-granularity claim, checked every step."""
+        held = self.gk.held
+        total = 0
+        for r in self.running:  # type: ignore[attr-defined]
+            h = held.get(r.request_id)
+            total += max(0, r.num_computed_tokens - (h.hot_len if h else 0))
+        return total
 
     # ---- binding ------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -133,6 +166,30 @@ class GraniKVSchedulerMixin:
                  for r in self.registry.list()
                  if r.state is PrefixState.READY and "block_hashes" in r.meta]
         self.hasher.publish(SeedTable.build(seeds))  # type: ignore[arg-type]
+
+
+class StepStats:
+    """Engine-core time per step and peak COLD usage, in the scheduler's own process."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.schedule_s = 0.0
+        self.update_s = 0.0
+        self.peak_cold_used = 0
+        self.max_unaccounted = 0  # max over steps of |COLD slots used - COLD tokens|
+
+    def scheduled(self, dt: float, cold_used: int, unaccounted: int = 0) -> None:
+        self.steps += 1
+        self.schedule_s += dt
+        self.peak_cold_used = max(self.peak_cold_used, cold_used)
+        self.max_unaccounted = max(self.max_unaccounted, abs(unaccounted))
+
+    def updated(self, dt: float) -> None:
+        self.update_s += dt
+
+    def snapshot(self) -> dict[str, float]:
+        return {"steps": self.steps, "schedule_s": self.schedule_s, "update_s": self.update_s,
+                "peak_cold_used": self.peak_cold_used, "max_unaccounted": self.max_unaccounted}
 
 
 def _starts_with(prompt: list[int], tokens: tuple[int, ...]) -> bool:

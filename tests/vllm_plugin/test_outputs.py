@@ -1,0 +1,87 @@
+"""GraniKV-enabled vLLM gives stock vLLM's greedy tokens (float32, CPU)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from granikv_engine.vllm_plugin.client import bind_args, control, register
+from tests.vllm_plugin.helpers import assert_same, generate, params, tokens
+
+pytestmark = pytest.mark.vllm
+
+
+def test_one_team_many_agents(stock_llm: Any, gk_llm: Any) -> None:
+    prefix = tokens(1, 300)
+    rec = register(gk_llm, "red", prefix, prefix_id="red-ctx")
+    assert rec["state"] == "ready" and rec["length"] == 300 and rec["pinned"]
+    before = control(gk_llm, "stats")["hits"]["hits"]
+    agents = [prefix + tokens(100 + j, 5 + 3 * j) for j in range(12)]
+    sp = params(16, bind_args("red", "red-ctx"))
+    assert_same(generate(stock_llm, agents, params(16)), generate(gk_llm, agents, sp))
+    stats = control(gk_llm, "stats")
+    assert stats["hits"]["hits"] - before == 12
+    assert stats["seeded_hash_tokens"] >= 12 * 300  # the prefix was never re-hashed
+
+
+def test_several_teams_prefill_decode_and_plain_requests_in_one_batch(
+        stock_llm: Any, gk_llm: Any) -> None:
+    teams = {"a": tokens(2, 120), "b": tokens(3, 260), "c": tokens(4, 400)}
+    for team, toks in teams.items():  # 400 tokens: a chunked (two-step) registration
+        assert register(gk_llm, team, toks, prefix_id=f"{team}-ctx")["state"] == "ready"
+    prompts, sps_gk = [], []
+    for j in range(15):
+        team = "abc"[j % 3]
+        prompts.append(teams[team] + tokens(200 + j, 3 + (j * 5) % 40))
+        sps_gk.append(params(12 + j % 5, bind_args(team, f"{team}-ctx")))
+    for j in range(2):  # no prefix at all, same batch
+        prompts.append(tokens(300 + j, 50))
+        sps_gk.append(params(12))
+    sps_stock = [params(sp.max_tokens) for sp in sps_gk]
+    assert_same(generate(stock_llm, prompts, sps_stock), generate(gk_llm, prompts, sps_gk))
+    dispatch = control(gk_llm, "stats")["dispatch"]
+    assert dispatch["groups"].get("cascade", 0) > 0 and dispatch["groups"].get("paged", 0) > 0
+
+
+def test_prompt_match_binds_without_an_id(stock_llm: Any, gk_llm: Any) -> None:
+    prefix = tokens(5, 200)
+    register(gk_llm, "green", prefix, prefix_id="green-ctx")
+    hits = control(gk_llm, "stats")["hits"]["hits"]
+    prompts = [prefix + tokens(400 + j, 9) for j in range(4)]
+    gk = generate(gk_llm, prompts, params(8, bind_args("green")))
+    assert_same(generate(stock_llm, prompts, params(8)), gk)
+    assert control(gk_llm, "stats")["hits"]["hits"] - hits == 4
+
+
+def test_wrong_prompt_or_wrong_team_is_served_without_hot(stock_llm: Any, gk_llm: Any) -> None:
+    prefix = tokens(6, 100)
+    register(gk_llm, "owner", prefix, prefix_id="owner-ctx")
+    st = control(gk_llm, "stats")
+    prompts = [tokens(7, 120), prefix + tokens(8, 10)]
+    sps = [params(6, bind_args("owner", "owner-ctx")),  # prompt does not start with it
+           params(6, bind_args("intruder", "owner-ctx"))]  # another team's prefix
+    assert_same(generate(stock_llm, prompts, params(6)), generate(gk_llm, prompts, sps))
+    after = control(gk_llm, "stats")
+    assert after["events"]["bind_errors"] - st["events"]["bind_errors"] == 2
+    assert after["hits"]["hits"] == st["hits"]["hits"]
+
+
+def test_prefix_larger_than_the_arena_is_served_from_cold(stock_llm: Any, gk_llm: Any) -> None:
+    big = tokens(9, 2100)  # the arena holds 2048 slots
+    rec = register(gk_llm, "huge", big, prefix_id="huge-ctx")
+    assert rec["state"] == "cold" and rec["hot_start"] is None
+    st = control(gk_llm, "stats")
+    prompts = [big + tokens(500 + j, 7) for j in range(3)]
+    assert_same(generate(stock_llm, prompts, params(6)),
+                generate(gk_llm, prompts, params(6, bind_args("huge", "huge-ctx"))))
+    after = control(gk_llm, "stats")
+    assert after["cold_registrations"] >= 1
+    assert after["hits"]["cold_fallbacks"] - st["hits"]["cold_fallbacks"] == 3
+
+
+def test_backends_are_granikv_only_when_enabled(stock_llm: Any, gk_llm: Any) -> None:
+    assert stock_llm.collective_rpc("granikv_backend_names") == [["CPU_ATTN"]]
+    assert gk_llm.collective_rpc("granikv_backend_names") == [["CUSTOM"]]
+    assert stock_llm.llm_engine.vllm_config.cache_config.block_size == 16
+    assert gk_llm.llm_engine.vllm_config.cache_config.block_size == 1

@@ -1,0 +1,89 @@
+"""Plugin pieces without starting an engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from granikv_engine.vllm_plugin.request_args import GraniKVArgs
+
+
+def test_request_args_nested_and_flat_agree() -> None:
+    a = GraniKVArgs.from_extra_args({"granikv": {"team": "red", "prefix_id": "p",
+                                                 "register": True}})
+    b = GraniKVArgs.from_extra_args({"granikv_team": "red", "granikv_prefix_id": "p",
+                                     "granikv_register": 1})
+    assert a == b == GraniKVArgs("red", "p", True, True)
+    assert GraniKVArgs.from_extra_args(a.to_extra_args()) == a  # type: ignore[union-attr]
+    assert GraniKVArgs.from_extra_args(a.to_vllm_xargs()) == a  # type: ignore[union-attr]
+    assert GraniKVArgs.from_extra_args({"other": 1}) is None
+    assert GraniKVArgs.from_extra_args(None) is None
+
+
+@pytest.mark.parametrize("bad", [{"granikv": "x"}, {"granikv_team": ""},
+                                 {"granikv_colour": "red"}, {"granikv_register": "maybe"},
+                                 {"granikv": {"prefix_id": 7}}])
+def test_request_args_reject_malformed(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        GraniKVArgs.from_extra_args(bad)
+
+
+def _config(**kw: Any) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    from tests.vllm_plugin.conftest import MODEL
+
+    return EngineArgs(model=MODEL, load_format="dummy", skip_tokenizer_init=True,
+                      enforce_eager=True, max_model_len=512, dtype="float32",
+                      **kw).create_engine_config()
+
+
+def test_enabling_sets_block_size_scheduler_and_extension() -> None:
+    cfg = _config(additional_config={"granikv": {"enabled": True}}, block_size=32)
+    assert cfg.cache_config.block_size == 1
+    assert cfg.cache_config.enable_prefix_caching
+    assert cfg.scheduler_config.scheduler_cls.endswith("GraniKVScheduler")
+    assert cfg.parallel_config.worker_extension_cls.endswith("GraniKVWorkerExtension")
+    assert cfg.model_config.disable_cascade_attn
+
+
+def test_disabled_leaves_the_config_stock() -> None:
+    on = {"granikv": {"enabled": False, "hot_slots": 10}}
+    for cfg in (_config(), _config(additional_config=on)):
+        assert cfg.cache_config.block_size != 1
+        assert cfg.scheduler_config.scheduler_cls in (None, "")
+        assert not cfg.parallel_config.worker_extension_cls
+
+
+def test_unknown_settings_are_rejected() -> None:
+    with pytest.raises(Exception, match="unknown granikv settings"):
+        _config(additional_config={"granikv": {"enabled": True, "hot_slotz": 4}})
+
+
+def test_seeded_hashes_equal_stock_hashes() -> None:
+    """A hit request's seeded chain is exactly what vLLM's own hasher computes."""
+    from vllm import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    from granikv_engine.vllm_plugin.hasher import Seed, SeededBlockHasher, SeedTable
+
+    init_none_hash(sha256)
+    stock = get_request_block_hasher(1, sha256)
+    prefix = list(range(10, 74))
+    fill = Request("fill", prefix, SamplingParams(max_tokens=1), None, block_hasher=stock)
+    seeded = SeededBlockHasher(stock, default_team="t", prompt_match=True)
+    seeded.publish(SeedTable.build([Seed("p", "t", prefix, list(fill.block_hashes))]))
+    prompt = prefix + [5, 6, 7]
+    for extra in ({"granikv": {"team": "t", "prefix_id": "p"}}, {"granikv": {"team": "t"}}):
+        ref = Request("a", prompt, SamplingParams(max_tokens=1, extra_args=extra), None,
+                      block_hasher=stock)
+        got = Request("b", prompt, SamplingParams(max_tokens=1, extra_args=extra), None,
+                      block_hasher=seeded)
+        assert got.block_hashes == ref.block_hashes and len(got.block_hashes) == 67
+    assert seeded.seeded_tokens == 2 * 64
+    other = Request("c", [9] + prompt[1:], SamplingParams(max_tokens=1), None,
+                    block_hasher=seeded)  # does not start with the prefix: not seeded
+    assert seeded.seeded_tokens == 2 * 64 and len(other.block_hashes) == 67
