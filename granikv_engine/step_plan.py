@@ -48,6 +48,20 @@ class CascadeGroup:
 
 
 @dataclass(frozen=True)
+class CascadeMeta:
+    """The cascade groups in the varlen form dense kernels take (one launch for all):
+    queries ``cu_q[g]:cu_q[g+1]`` of ``cascade_q_index`` attend slots
+    ``cu_k[g] : cu_k[g] + seqused_k[g]``. Groups are sorted by HOT start."""
+
+    cu_q: Tensor  # [G+1] int32
+    cu_k: Tensor  # [G+1] int32
+    seqused_k: Tensor  # [G] int32
+    max_q: int
+    max_k: int
+    identity: bool  # cascade_q_index == arange(num_tokens): no gather needed
+
+
+@dataclass(frozen=True)
 class KernelPlan:
     """Metadata for one step, built once and shared by every layer."""
 
@@ -60,6 +74,7 @@ class KernelPlan:
     cascade: tuple[CascadeGroup, ...]
     cascade_q_index: Tensor  # [Qc] int64, query token ids of cascade groups, group-major
     backends: tuple[Backend, ...]  # per HotGroup, as chosen
+    cascade_dev: CascadeMeta | None = None  # None when no group runs the cascade
 
     def kv_csr(self) -> tuple[Tensor, Tensor]:
         """(indptr [B+1], indices [N]) of the suffix slots, for CSR-style kernels."""
@@ -150,7 +165,21 @@ class StepPlan:
         table = self._shifted_table(skip_t, max_kv)
         return KernelPlan(self.query_start_loc, kv_lens, skip_t, table,
                           max(self.q_lens, default=0), max_kv, tuple(cascade),
-                          self._query_index(order), tuple(backends))
+                          self._query_index(order), tuple(backends),
+                          self._cascade_meta(cascade, order))
+
+    def _cascade_meta(self, groups: list[CascadeGroup], order: list[int]) -> CascadeMeta | None:
+        if not groups:
+            return None
+        cu_q = [g.q_begin for g in groups] + [groups[-1].q_end]
+        cu_k = [g.hot_start for g in groups] + [groups[-1].hot_start + groups[-1].hot_len]
+        used = [g.hot_len for g in groups]
+        packed = torch.tensor(cu_q + cu_k + used, dtype=torch.int32,
+                              device=self.block_table.device)  # one host-to-device copy
+        n = len(groups) + 1
+        identity = order == list(range(self.num_rows))
+        return CascadeMeta(packed[:n], packed[n:2 * n], packed[2 * n:],
+                           max(g.q_end - g.q_begin for g in groups), max(used), identity)
 
     def _shifted_table(self, skip: Tensor, width: int) -> Tensor:
         """block_table[i, skip[i] + j] for j < width, clamped inside the table."""

@@ -25,7 +25,8 @@ class AttentionOps(Protocol):
     name: str
 
     def write_kv(self, key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor,
-                 slot_mapping: Tensor) -> None: ...
+                 slot_mapping: Tensor, k_scale: Tensor | None = None,
+                 v_scale: Tensor | None = None) -> None: ...
 
     def forward(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: KernelPlan,
                 scale: float, out: Tensor) -> None: ...
@@ -35,7 +36,8 @@ class TorchOps:
     name = "torch"
 
     def write_kv(self, key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor,
-                 slot_mapping: Tensor) -> None:
+                 slot_mapping: Tensor, k_scale: Tensor | None = None,
+                 v_scale: Tensor | None = None) -> None:
         n = slot_mapping.shape[0]  # key/value may be padded past the real tokens
         slots = slot_mapping.to(torch.int64)
         keep = slots >= 0

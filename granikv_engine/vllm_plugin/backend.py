@@ -86,9 +86,13 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         cap = self.cfg.hot_capacity(num_blocks) if num_blocks else 0
         # The scheduler reserves block ids 1..cap (0 is vLLM's null block).
         self.arena = (1, 1 + cap) if cap else (1, 1 << 62)
+        table = _load_table(self.cfg)
+        if table is None and device.type == "cuda" and self.cfg.calibrate \
+                and self.cfg.backend == "auto":
+            table = _calibrated(vllm_config, kv_cache_spec, device, self.cfg)
         self.dispatcher = Dispatcher(
             _attn_shape(vllm_config, kv_cache_spec),
-            table=_load_table(self.cfg),
+            table=table,
             force=None if self.cfg.backend == "auto" else Backend(self.cfg.backend),
             margin=self.cfg.dispatch_margin)
         self.counters = DispatchCounters()
@@ -141,7 +145,8 @@ class GraniKVAttentionImpl(AttentionImpl[GraniKVMetadata]):
         if self.kv_sharing_target_layer_name is None and key is not None:
             self._ops.write_kv(key.view(-1, self.num_kv_heads, d),
                                value.view(-1, self.num_kv_heads, d), k_cache, v_cache,
-                               attn_metadata.slot_mapping[:n])
+                               attn_metadata.slot_mapping[:n],
+                               getattr(layer, "_k_scale", None), getattr(layer, "_v_scale", None))
         q = query[:n].view(n, self.num_heads, d)
         out = output[:n].view(n, self.num_heads, d)
         self._ops.forward(q, k_cache, v_cache, attn_metadata.plan, self.scale, out)
@@ -157,6 +162,35 @@ def _attn_shape(vllm_config: VllmConfig, kv_cache_spec: Any) -> AttnShape:
                      head_dim=kv_cache_spec.head_size,
                      dtype_bytes=torch.tensor([], dtype=kv_cache_spec.dtype).element_size(),
                      hidden_size=model.get_hidden_size(), tp=tp)
+
+
+_TABLES: dict[tuple[Any, ...], CalibrationTable | None] = {}  # per process, per shape
+
+
+def _calibrated(vllm_config: VllmConfig, spec: Any, device: torch.device,
+                cfg: GraniKVConfig) -> CalibrationTable | None:
+    """Measure once per process and shape; rank 0 measures, every TP rank gets its table."""
+    from vllm.distributed import get_tp_group
+    from vllm.logger import init_logger
+
+    from granikv_engine.vllm_plugin.kernels.calibrate import broadcast, calibrate
+    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+
+    heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
+    key = (heads, spec.num_kv_heads, spec.head_size, spec.dtype)
+    if key not in _TABLES:
+        table = None
+        if get_tp_group().rank_in_group == 0:
+            table = calibrate(CudaOps(), heads, spec.num_kv_heads, spec.head_size,
+                              spec.dtype, device)
+            init_logger(__name__).info("GraniKV calibration: %d points in %ss",
+                                       len(table.points), table.meta.get("seconds"))
+            if cfg.calibration_path:
+                from pathlib import Path
+
+                Path(cfg.calibration_path).write_text(table.to_json())
+        _TABLES[key] = broadcast(table)
+    return _TABLES[key]
 
 
 def _load_table(cfg: GraniKVConfig) -> CalibrationTable | None:

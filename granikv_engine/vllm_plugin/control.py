@@ -81,18 +81,22 @@ class Control:
         return {"ok": True}
 
 
+def granikv_builders(worker: Any) -> list[Any]:
+    """The GraniKV metadata builders of a worker's model runner."""
+    from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder
+
+    runner = getattr(worker, "model_runner", None)
+    return [b for groups in getattr(runner, "attn_groups", []) or [] for group in groups
+            for b in getattr(group, "metadata_builders", [])
+            if isinstance(b, GraniKVMetadataBuilder)]
+
+
 def worker_dispatch_stats(worker: Any) -> dict[str, Any]:
     """Runs on each worker (via collective_rpc): the dispatcher counters of its GraniKV
     metadata builders, summed."""
-    from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder
-
     total: dict[str, Any] = {}
-    runner = getattr(worker, "model_runner", None)
-    for groups in getattr(runner, "attn_groups", []) or []:
-        for group in groups:
-            for b in getattr(group, "metadata_builders", []):
-                if isinstance(b, GraniKVMetadataBuilder):
-                    _merge(total, b.counters.snapshot())
+    for b in granikv_builders(worker):
+        _merge(total, b.counters.snapshot())
     return total
 
 

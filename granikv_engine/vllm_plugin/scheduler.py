@@ -176,20 +176,25 @@ class StepStats:
         self.schedule_s = 0.0
         self.update_s = 0.0
         self.peak_cold_used = 0
-        self.max_unaccounted = 0  # max over steps of |COLD slots used - COLD tokens|
+        # slots in use minus tokens that need them, over steps: above 0 is waste (slots
+        # beyond the tokens); below 0 is sharing (prefix-cache hits on COLD blocks)
+        self.max_over = 0
+        self.max_shared = 0
 
-    def scheduled(self, dt: float, cold_used: int, unaccounted: int = 0) -> None:
+    def scheduled(self, dt: float, cold_used: int, over: int = 0) -> None:
         self.steps += 1
         self.schedule_s += dt
         self.peak_cold_used = max(self.peak_cold_used, cold_used)
-        self.max_unaccounted = max(self.max_unaccounted, abs(unaccounted))
+        self.max_over = max(self.max_over, over)
+        self.max_shared = max(self.max_shared, -over)
 
     def updated(self, dt: float) -> None:
         self.update_s += dt
 
     def snapshot(self) -> dict[str, float]:
         return {"steps": self.steps, "schedule_s": self.schedule_s, "update_s": self.update_s,
-                "peak_cold_used": self.peak_cold_used, "max_unaccounted": self.max_unaccounted}
+                "peak_cold_used": self.peak_cold_used, "max_over": self.max_over,
+                "max_shared": self.max_shared}
 
 
 def _starts_with(prompt: list[int], tokens: tuple[int, ...]) -> bool:

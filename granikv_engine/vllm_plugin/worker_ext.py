@@ -24,6 +24,17 @@ class GraniKVWorkerExtension:
 
         return worker_dispatch_stats(self)
 
+    def granikv_set_backend(self, backend: str) -> int:
+        """Force the dispatcher to "cascade" or "paged", or back to "auto"; returns the
+        number of GraniKV builders changed. Benchmarks use it to attribute the gain."""
+        from granikv_engine.dispatcher import Backend
+        from granikv_engine.vllm_plugin.control import granikv_builders
+
+        builders = granikv_builders(self)
+        for b in builders:
+            b.dispatcher.force = None if backend == "auto" else Backend(backend)
+        return len(builders)
+
     def granikv_backend_names(self) -> list[str]:
         runner: Any = getattr(self, "model_runner", None)
         return sorted({g.backend.get_name() for gs in getattr(runner, "attn_groups", [])

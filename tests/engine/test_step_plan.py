@@ -81,3 +81,17 @@ def test_empty_step() -> None:
     plan = StepPlan.build(torch.zeros(1, dtype=torch.int32), torch.zeros(0, dtype=torch.int32),
                           torch.zeros(0, 4, dtype=torch.int32), ARENA)
     assert plan.groups == () and plan.lower([]).max_kv == 0
+
+
+def test_cascade_meta_is_the_varlen_form_of_the_groups() -> None:
+    bt = table([[60, 61, 62, 200], [10, 11, 201], [60, 61, 62, 202], [10, 11, 203]])
+    qsl = torch.tensor([0, 1, 2, 3, 4], dtype=torch.int32)
+    plan = StepPlan.build(qsl, torch.tensor([4, 3, 4, 3], dtype=torch.int32), bt, ARENA)
+    k = plan.lower([Backend.CASCADE, Backend.CASCADE])
+    m = k.cascade_dev
+    assert m is not None and not m.identity
+    assert m.cu_q.tolist() == [0, 2, 4] and m.cu_k.tolist() == [10, 60, 63]
+    assert m.seqused_k.tolist() == [2, 3] and (m.max_q, m.max_k) == (2, 3)
+    one = StepPlan.build(qsl[:3], torch.tensor([4, 4], dtype=torch.int32), bt[[0, 2]], ARENA)
+    assert one.lower([Backend.CASCADE]).cascade_dev.identity  # type: ignore[union-attr]
+    assert plan.lower([Backend.PAGED, Backend.PAGED]).cascade_dev is None

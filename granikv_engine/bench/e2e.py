@@ -1,0 +1,192 @@
+"""End-to-end benchmark: one engine configuration, several workloads, output tokens/s.
+
+One process per engine (``--engine``); ``bench/run.py`` runs stock and GraniKV side by
+side on one machine and writes the report. Engines:
+- ``stock``: vLLM 0.26 as shipped (block 16, prefix caching), with a timing probe;
+- ``stock-cascade``: the same with vLLM's own batch-global cascade attention enabled;
+- ``granikv-paged``: GraniKV storage (HOT arena + page-1 COLD), unified paged backend only;
+- ``granikv``: full GraniKV with the calibrated dispatcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from granikv_engine.bench.env import environment
+from granikv_engine.bench.workloads import (
+    OUTPUT,
+    WORKLOADS,
+    Workload,
+    prefixes,
+    requests,
+    scaled,
+)
+
+MODELS = Path(__file__).parent / "models"
+EXT = "granikv_engine.vllm_plugin.worker_ext.GraniKVWorkerExtension"
+
+
+def engine_kwargs(engine: str, max_len: int, hot_slots: int, async_sched: bool,
+                  tiny: bool, calibration: str = "") -> dict[str, Any]:
+    probe = "AsyncProbeScheduler" if async_sched else "ProbeScheduler"
+    kw: dict[str, Any] = {"worker_extension_cls": EXT}
+    if engine.startswith("stock"):
+        kw["scheduler_cls"] = f"granikv_engine.bench.probe_scheduler.{probe}"
+        if not tiny:
+            kw["block_size"] = 16
+        if engine == "stock-cascade":
+            kw["disable_cascade_attn"] = False
+    else:
+        backend = "paged" if engine == "granikv-paged" else "auto"
+        kw["additional_config"] = {"granikv": {"enabled": True, "hot_slots": hot_slots,
+                                               "backend": backend,
+                                               "calibration_path": calibration}}
+    return kw
+
+
+def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
+             extra: dict[str, Any], calibration: str = "") -> Any:
+    from vllm import LLM
+
+    if tiny:
+        folder = model
+    else:
+        folder = tempfile.mkdtemp(prefix=f"granikv-{model}-")
+        (Path(folder) / "config.json").write_text((MODELS / f"{model}.json").read_text())
+    import torch
+
+    gpu = torch.cuda.is_available()
+    kw: dict[str, Any] = dict(model=folder, load_format="dummy", skip_tokenizer_init=True,
+                              enable_prefix_caching=True, max_model_len=max_len, seed=0,
+                              disable_log_stats=False, max_num_seqs=512)
+    if gpu:  # both engines alike; async scheduling is vLLM's GPU default, made explicit
+        kw["gpu_memory_utilization"] = 0.9
+        kw["async_scheduling"] = True
+    kw.update(engine_kwargs(engine, max_len, hot_slots, async_sched=gpu, tiny=tiny,
+                            calibration=calibration))
+    kw.update(extra)
+    return LLM(**kw)
+
+
+def _params(n: int, extra: dict[str, Any] | None) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0,
+                          detokenize=False, extra_args=extra)
+
+
+def _pct(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {}
+    q = statistics.quantiles(xs, n=100, method="inclusive") if len(xs) > 1 else xs * 99
+    return {"p50": q[49], "p90": q[89], "p99": q[98], "mean": statistics.fmean(xs)}
+
+
+def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """a - b for nested counters."""
+    out: dict[str, Any] = {}
+    for k, v in a.items():
+        if isinstance(v, dict):
+            out[k] = {kk: vv - b.get(k, {}).get(kk, 0) for kk, vv in v.items()}
+        elif isinstance(v, int | float):
+            out[k] = v - b.get(k, 0)
+    return out
+
+
+def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
+                 salt: str = "") -> dict[str, Any]:
+    from vllm.inputs import TokensPrompt
+
+    from granikv_engine.vllm_plugin.client import bind_args, control, register
+
+    gk = engine.startswith("granikv")
+    out_tokens = scaled(OUTPUT, scale)
+    pid = w.name.replace("W2", "W1")  # W2 reuses W1's team and prefix
+    t0 = time.perf_counter()
+    for t, p in enumerate(prefixes(w, vocab, scale)):  # stock: cache it; GraniKV: pin it
+        if gk:
+            register(llm, f"{pid}-t{t}", p, prefix_id=f"{pid}-t{t}")
+        else:
+            llm.generate([TokensPrompt(prompt_token_ids=p)], _params(1, None), use_tqdm=False)
+    warm_s = time.perf_counter() - t0
+    reqs = requests(w, vocab, scale, salt)
+    prompts = [TokensPrompt(prompt_token_ids=p) for _, p in reqs]
+    sps = [_params(out_tokens, bind_args(f"{pid}-t{t}", f"{pid}-t{t}") if gk else None)
+           for t, _ in reqs]
+    control(llm, "reset_peaks")
+    before = control(llm, "stats")
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, sps, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    after = control(llm, "stats")
+    n_out = sum(len(o.outputs[0].token_ids) for o in outs)
+    ttft = [o.metrics.first_token_latency for o in outs if o.metrics]
+    itl = [(o.metrics.last_token_ts - o.metrics.first_token_ts) / max(1, len(
+        o.outputs[0].token_ids) - 1) for o in outs if o.metrics]
+    res = {"engine": engine, "workload": w.name, "agents": w.agents, "prefix_lens":
+           [scaled(n, scale) for n in w.prefix_lens], "output_tokens": n_out, "wall_s": wall,
+           "tok_s": n_out / wall, "warm_s": warm_s, "ttft_s": _pct(ttft), "itl_s": _pct(itl),
+           "scheduler": after.get("scheduler"), "stats_after": after}
+    if gk:
+        res["hits"] = after["hits"]["hits"] - before["hits"]["hits"]
+        res["dispatch"] = _delta(after.get("dispatch", {}), before.get("dispatch", {}))
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", required=True,
+                    choices=["stock", "stock-cascade", "granikv-paged", "granikv"])
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--workloads", default="W5,W1,W2,W3")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--hot-slots", type=int, default=100_000)
+    ap.add_argument("--scale", type=float, default=1.0, help="shrink lengths (CPU dry runs)")
+    ap.add_argument("--tiny", default="", help="a local model folder (CPU dry runs)")
+    ap.add_argument("--attribution", default="",
+                    help="granikv: these workloads also run with the paged backend only")
+    ap.add_argument("--capture-sizes", default="1,2,4,8,16,32,64,128,256,512",
+                    help="CUDA graph capture sizes, the same for every engine")
+    args = ap.parse_args()
+    ws = [WORKLOADS[n] for n in args.workloads.split(",")]
+    # Sized for every workload of the model, whichever run now: one engine config per
+    # model, so a later run on the same machine reuses the compile cache.
+    max_len = max(int(w.max_len * args.scale) + 8 for w in WORKLOADS.values()
+                  if w.model == args.model)
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {"dtype": "float32", "enforce_eager": True} if args.tiny else {
+        "compilation_config": {"cudagraph_capture_sizes": [
+            int(x) for x in args.capture_sizes.split(",")]}}
+    cal = "" if args.tiny else f"/tmp/granikv-calibration-{args.model}.json"
+    llm = make_llm(args.tiny or args.model, args.engine, max_len, args.hot_slots,
+                   bool(args.tiny), extra, cal)
+    start_s = time.perf_counter() - t0
+    llm.collective_rpc("granikv_reinit_weights")
+    vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {"env": environment(), "engine": args.engine, "model": args.model,
+                           "engine_start_s": start_s, "results": []}
+    # GraniKV: each workload once with the unified paged backend only, then with the
+    # dispatcher (fresh suffixes, so the second run gets no prefix-cache help).
+    attributed = set(args.attribution.split(",")) if args.attribution else set()
+    for w in ws:
+        modes = ["paged", "auto"] if args.engine == "granikv" and w.name in attributed else [None]
+        for i, mode in enumerate(modes):
+            name = args.engine if mode in (None, "auto") else "granikv-paged"
+            if mode is not None:
+                llm.collective_rpc("granikv_set_backend", args=(mode,))
+            r = run_workload(llm, name, w, vocab, args.scale, salt=f"-run{i}")
+            doc["results"].append(r)
+            print(f"[{name}] {w.name}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s", flush=True)
+            out = args.out / f"e2e-{args.model}-{args.engine}.json"
+            out.write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Turn benchmark JSON into docs/benchmarks/: markdown tables and PNG plots.
+
+``python -m granikv_engine.bench.report --runs DIR [DIR...] --out docs/benchmarks``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from granikv_engine.bench.workloads import WORKLOADS
+
+
+def load(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    runs, kernels = [], None
+    for d in dirs:
+        for f in sorted(d.glob("e2e-*.json")):
+            runs.append(json.loads(f.read_text()))
+        if (d / "kernels.json").exists():
+            kernels = json.loads((d / "kernels.json").read_text())
+    return runs, kernels
+
+
+def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, float]]]:
+    by: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in runs:
+        for r in run["results"]:
+            by.setdefault(r["workload"], {})[r["engine"]] = r
+    lines = ["| workload | stock tok/s | GraniKV tok/s | speedup | target | ceiling | "
+             "paged-only tok/s | stock-cascade tok/s | TTFT p50 s (stock / GraniKV) | "
+             "ITL p50 ms (stock / GraniKV) |", "|" + "---|" * 10]
+    speed: dict[str, dict[str, float]] = {}
+    ceilings = {"W1": 2.95, "W2": 2.95, "W3": 2.9, "W4": 2.7, "W5": 1.0}
+    for name in sorted(by):
+        e = by[name]
+        st, gk = e.get("stock"), e.get("granikv")
+        x = gk["tok_s"] / st["tok_s"] if st and gk else float("nan")
+        speed[name] = {k: v["tok_s"] for k, v in e.items()}
+
+        def f(r: dict[str, Any] | None, key: str = "tok_s") -> str:
+            return f"{r[key]:,.0f}" if r else "-"
+
+        def lat(key: str, scale: float) -> str:
+            vals = [r[key].get("p50") if r else None for r in (st, gk)]
+            return " / ".join(f"{v * scale:.2f}" if v is not None else "-" for v in vals)
+
+        w = WORKLOADS[name]
+        lines.append(f"| {name} | {f(st)} | {f(gk)} | **{x:.2f}x** | {w.target_x}x | "
+                     f"{ceilings[name]}x | {f(e.get('granikv-paged'))} | "
+                     f"{f(e.get('stock-cascade'))} | {lat('ttft_s', 1)} | "
+                     f"{lat('itl_s', 1e3)} |")
+    return "\n".join(lines), speed
+
+
+def e2e_plot(speed: dict[str, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    engines = ["stock", "stock-cascade", "granikv-paged", "granikv"]
+    names = sorted(speed)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.2
+    for i, eng in enumerate(engines):
+        vals = [speed[n].get(eng, 0) for n in names]
+        ax.bar([j + i * width for j in range(len(names))], vals, width, label=eng)
+    ax.set_xticks([j + 1.5 * width for j in range(len(names))], names)
+    ax.set_ylabel("output tokens/s")
+    ax.set_title("End to end on one H200: stock vLLM 0.26 vs GraniKV (dummy weights)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def kernel_table(k: dict[str, Any]) -> str:
+    lines = ["| model | B | Lp | S | stock FA3 p16 us | GraniKV cascade us | GraniKV paged p1 us |"
+             " floor us | speedup | GraniKV TB/s (floor bytes) |", "|" + "---|" * 10]
+    for r in k["points"]:
+        lines.append(f"| {r['model']} | {r['B']} | {r['Lp']} | {r['S']} | {r['stock_us']:.1f} |"
+                     f" {r['granikv_cascade_us']:.1f} | {r['granikv_paged_us']:.1f} | "
+                     f"{r['floor_us']:.1f} | {r['speedup']:.2f}x | {r['granikv_bw_tbs']:.2f} |")
+    return "\n".join(lines)
+
+
+def kernel_plot(k: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
+    model = k["points"][0]["model"]
+    for ax, lp in zip(axes, (1024, 4096, 16384)):
+        for s in (64, 640, 2048):
+            pts = [r for r in k["points"] if r["model"] == model and r["Lp"] == lp
+                   and r["S"] == s]
+            if pts:
+                ax.plot([r["B"] for r in pts], [r["speedup"] for r in pts], marker="o",
+                        label=f"S={s}")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{model}, Lp={lp}")
+        ax.set_xlabel("agents B")
+    axes[0].set_ylabel("speedup over FA3 paged (block 16)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=Path, nargs="+", required=True)
+    ap.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs, kernels = load(args.runs)
+    env = (runs[0] if runs else kernels or {}).get("env", {})
+    head = (f"GPU: {env.get('gpu')}; vLLM {env.get('vllm')}; torch {env.get('torch')}; "
+            f"FlashInfer {env.get('flashinfer')}; {env.get('date')}\n")
+    if runs:
+        table, speed = e2e_table(runs)
+        cmds = sorted({r["env"]["command"] for r in runs})
+        (args.out / "e2e.md").write_text(
+            "# End to end: stock vLLM 0.26 vs GraniKV\n\n" + head + "\nCommands:\n"
+            + "".join(f"- `{c}`\n" for c in cmds) + "\n" + table + "\n")
+        e2e_plot(speed, args.out / "e2e.png")
+    if kernels:
+        (args.out / "kernels.md").write_text(
+            "# Kernels, per layer (decode step)\n\n" + head + f"\nCommand: `"
+            f"{kernels['env']['command']}`\n\n" + kernel_table(kernels) + "\n")
+        kernel_plot(kernels, args.out / "kernels.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Run the GPU benchmarks side by side on one machine: ``make bench`` (or the phases one
+by one on a machine lent for a few minutes at a time).
+
+Phases: ``tests`` (GPU kernels vs references), ``kernels``, then one engine process per
+end-to-end phase: ``stock``, ``granikv`` (with the paged-only attribution runs on W1 and
+W3), ``stock-cascade``, ``w4-stock``, ``w4-granikv``. Results land in ``--out`` as JSON;
+``bench/report.py`` turns them into docs/benchmarks/ (markdown + PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PY = sys.executable
+PHASES: dict[str, list[str]] = {
+    "tests": [PY, "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-s", "-p",
+              "no:cacheprovider"],
+    "kernels": [PY, "-m", "granikv_engine.bench.kernels", "--budget-s", "150"],
+    "stock": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock",
+              "--workloads", "W5,W1,W2,W3"],
+    "granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
+                "--workloads", "W5,W1,W2,W3", "--attribution", "W1,W3"],
+    "stock-cascade": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock-cascade",
+                      "--workloads", "W1,W3"],
+    "w4-stock": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock",
+                 "--model", "qwen2.5-14b", "--workloads", "W4"],
+    "w4-granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
+                   "--model", "qwen2.5-14b", "--workloads", "W4", "--hot-slots", "20000"],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--timeout", type=int, default=560, help="per phase, seconds")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for phase in args.phases.split(","):
+        cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
+        t0 = time.time()
+        log = args.out / f"{phase}.log"
+        with log.open("w") as f:
+            try:
+                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                    timeout=args.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        tail = log.read_text().splitlines()[-12:]
+        print(f"== {phase}: rc={rc} in {time.time() - t0:.0f}s", flush=True)
+        print("\n".join(line[:200] for line in tail), flush=True)
+
+
+if __name__ == "__main__":
+    main()

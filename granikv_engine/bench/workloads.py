@@ -1,0 +1,70 @@
+"""The end-to-end workloads (DESIGN.md "Performance targets"), as data.
+
+Every request = its team's prefix + 512 unique tokens, and generates 256 tokens
+(ignore_eos, greedy). Teams are interleaved in submission order.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+SUFFIX = 512
+OUTPUT = 256
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    model: str
+    prefix_lens: tuple[int, ...]  # one per team
+    agents: int
+    stock_ref_tok_s: float  # stock vLLM 0.26 as measured in DESIGN.md
+    target_x: float
+
+    @property
+    def max_len(self) -> int:
+        return max(self.prefix_lens) + SUFFIX + OUTPUT
+
+
+WORKLOADS = {w.name: w for w in (
+    Workload("W1", "llama-3.1-8b", (16384,), 256, 2070, 2.7),
+    Workload("W2", "llama-3.1-8b", (16384,), 512, 2130, 2.7),
+    Workload("W3", "llama-3.1-8b", tuple(2048 * i for i in range(1, 9)), 256, 2440, 2.5),
+    Workload("W4", "qwen2.5-14b", (16384,), 256, 1390, 2.5),
+    Workload("W5", "llama-3.1-8b", (1024,), 8, 1400, 0.98),
+)}
+
+
+def team_prefix(workload: str, team: int, length: int, vocab: int) -> list[int]:
+    """Deterministic: the same prefix in every engine; W1 and W2 share theirs."""
+    key = "W1" if workload == "W2" else workload
+    rng = random.Random(f"{key}-{team}-{length}")
+    return [_token(rng, vocab) for _ in range(length)]
+
+
+def _token(rng: random.Random, vocab: int) -> int:
+    lo = min(1000, vocab // 10)  # clear of special tokens at both ends
+    return rng.randrange(lo, vocab - lo)
+
+
+def scaled(n: int, scale: float) -> int:
+    return n if scale == 1.0 else max(2, int(n * scale))
+
+
+def prefixes(w: Workload, vocab: int, scale: float = 1.0) -> list[list[int]]:
+    return [team_prefix(w.name, t, scaled(n, scale), vocab) for t, n in enumerate(w.prefix_lens)]
+
+
+def requests(w: Workload, vocab: int, scale: float = 1.0,
+             salt: str = "") -> list[tuple[int, list[int]]]:
+    """(team, prompt) for every agent, teams interleaved. ``scale`` shrinks the lengths
+    (CPU dry runs only); ``salt`` draws other suffixes (a second run on one engine must
+    not hit the first run's suffixes in the prefix cache)."""
+    pre = prefixes(w, vocab, scale)
+    out = []
+    for i in range(w.agents):
+        t = i % len(pre)
+        rng = random.Random(f"{w.name}-agent-{i}{salt}")
+        out.append((t, pre[t] + [_token(rng, vocab) for _ in range(scaled(SUFFIX, scale))]))
+    return out

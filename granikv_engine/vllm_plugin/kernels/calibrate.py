@@ -1,0 +1,102 @@
+"""Start-up calibration: time both backends over a grid of shapes on this GPU.
+
+Each grid point is a synthetic step built through the real ``StepPlan`` lowering: ``rows``
+requests share one HOT prefix of ``hot_len`` tokens and own ``suffix`` COLD tokens, with
+``q`` query tokens each (1: decode; more: prefill). Times are per layer, medians of CUDA
+event timings. With tensor parallelism every rank must use the same table: rank 0's is
+broadcast (``broadcast``), so dispatch decisions agree.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from granikv_engine.dispatcher import Backend, CalibrationPoint, CalibrationTable
+from granikv_engine.step_plan import KernelPlan, StepPlan
+
+ROWS = (1, 4, 16, 64, 256)
+HOT = (512, 2048, 8192, 16384)
+QUERIES = (1, 64)
+SUFFIX = 64
+
+
+def synthetic_step(rows: int, hot_len: int, q: int, suffix: int, device: torch.device
+                   ) -> tuple[StepPlan, int]:
+    """A step of ``rows`` rows on one prefix at slots [1, 1+hot_len); returns the plan and
+    the number of slots used."""
+    own = max(suffix, q)
+    base = 1 + hot_len
+    hot = torch.arange(1, base, dtype=torch.int32)
+    table = torch.empty(rows, hot_len + own, dtype=torch.int32)
+    for i in range(rows):
+        table[i, :hot_len] = hot
+        table[i, hot_len:] = torch.arange(base + i * own, base + (i + 1) * own,
+                                          dtype=torch.int32)
+    seq = torch.full((rows,), hot_len + own, dtype=torch.int32)
+    qsl = torch.arange(0, (rows + 1) * q, q, dtype=torch.int32)
+    plan = StepPlan.build(qsl.to(device), seq.to(device), table.to(device),
+                          (1, base), min_hot_len=1)
+    return plan, base + rows * own
+
+
+def time_us(fn: Callable[[], None], reps: int = 5, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def calibrate(ops: Any, num_heads: int, num_kv_heads: int, head_dim: int,
+              dtype: torch.dtype, device: torch.device, rows: Sequence[int] = ROWS,
+              hot: Sequence[int] = HOT, queries: Sequence[int] = QUERIES,
+              budget_s: float = 25.0) -> CalibrationTable:
+    t0 = time.perf_counter()
+    pts: list[CalibrationPoint] = []
+    for q in queries:
+        for lp in hot:
+            for r in rows:
+                if time.perf_counter() - t0 > budget_s or r * q > 16384:
+                    continue
+                plan, slots = synthetic_step(r, lp, q, SUFFIX, device)
+                k = torch.randn(slots, num_kv_heads, head_dim, dtype=dtype, device=device)
+                v = torch.randn_like(k)
+                x = torch.randn(r * q, num_heads, head_dim, dtype=dtype, device=device)
+                out = torch.empty_like(x)
+                scale = head_dim ** -0.5
+                us = {}
+                for be in (Backend.CASCADE, Backend.PAGED):
+                    kp: KernelPlan = plan.lower([be])
+                    us[be] = time_us(lambda kp=kp: ops.forward(x, k, v, kp, scale, out))
+                pts.append(CalibrationPoint(r, lp, q, us[Backend.CASCADE], us[Backend.PAGED]))
+                del k, v, x, out
+    torch.cuda.synchronize()
+    meta = {"gpu": torch.cuda.get_device_name(device), "heads": num_heads,
+            "kv_heads": num_kv_heads, "head_dim": head_dim, "dtype": str(dtype),
+            "suffix": SUFFIX, "seconds": round(time.perf_counter() - t0, 2)}
+    return CalibrationTable(tuple(pts), meta)
+
+
+def broadcast(table: CalibrationTable | None) -> CalibrationTable | None:
+    """Rank 0's table on every tensor-parallel rank (no-op without TP)."""
+    try:
+        from vllm.distributed import get_tp_group
+
+        group = get_tp_group()
+    except (AssertionError, ImportError):
+        return table
+    if group.world_size <= 1:
+        return table
+    text = group.broadcast_object(table.to_json() if table else None, src=0)
+    return CalibrationTable.from_json(text) if text else None

@@ -1,0 +1,36 @@
+"""`python -m granikv_platform.cli run --once`: what `make run` does, end to end, in its
+own Ray cluster (a subprocess, as a newcomer runs it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.platform.conftest import free_port
+
+pytestmark = [pytest.mark.ray, pytest.mark.vllm]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_run_once_prints_answers_and_statistics() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GRANIKV_CONFIG")}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
+               RAY_TMPDIR=tempfile.mkdtemp(prefix="gkvc-", dir="/tmp"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "granikv_platform.cli", "run", "--once",
+         "--port", str(free_port()), "--max-tokens", "8"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"team 'red': context red-context-\w+ \(\d{3} tokens\) is READY", out), out
+    for agent in ("isolation", "capacity", "errors", "metrics", "synthesis"):
+        assert f"  [{agent}] " in out
+    assert "GraniKV statistics:" in out and "dispatcher:" in out and "tokens/s" in out
+    m = re.search(r"totals: (\d+) HOT hits, (\d+) bind errors", out)
+    assert m is not None and int(m.group(1)) >= 5 and int(m.group(2)) == 0, out

@@ -1,0 +1,62 @@
+"""/metrics rendering from replica reports (Prometheus text, parsed back)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from granikv_platform.metrics import render
+
+REPORT: dict[str, Any] = {
+    "model": "tiny", "inflight": 2, "pinned_prefixes": 3,
+    "granikv": {
+        "hot": {"capacity": 8192, "used": 600, "pinned": 465, "referenced": 0, "free": 7592,
+                "largest_free_run": 7592, "fragmentation": 0.0, "entries": 2},
+        "cold": {"capacity": 1000, "free": 900, "used": 100, "usage": 0.1},
+        "prefixes": {"filling": 0, "ready": 2, "cold": 1},
+        "hits": {"hits": 5, "hit_tokens": 2325, "cold_fallbacks": 1},
+        "events": {"registrations": 2, "fills_done": 2, "fills_aborted": 0, "bind_errors": 0,
+                   "bound_requests": 6},
+        "evictions": 0,
+        "dispatch": {"steps": 7, "groups": {"paged": 5, "cascade": 2},
+                     "rows": {"paged": 5, "cascade": 9}, "regimes": {"memory": 7},
+                     "sources": {"roofline": 7}, "plain_rows": 0}},
+    "frontend": {"running": 4, "waiting": 1, "kv_cache_usage": 0.25, "prompt_tokens": 900,
+                 "generation_tokens": 160, "generation_tokens_per_s": 12.5},
+}
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_render_reports_every_family() -> None:
+    got = samples(render({"r1": REPORT, "r2": REPORT}).decode())
+    r1 = (("model", "tiny"), ("replica", "r1"))
+
+    def at(name: str, **extra: str) -> float:
+        return got[(name, tuple(sorted((*r1, *extra.items()))))]
+
+    assert got[("granikv_replicas", (("model", ""), ("replica", "")))] == 2
+    assert at("granikv_hot_slots", kind="used") == 600
+    assert at("granikv_hot_slots", kind="pinned") == 465
+    assert at("granikv_cold_slots", kind="capacity") == 1000
+    assert at("granikv_pinned_prefixes") == 3
+    assert at("granikv_prefixes", state="ready") == 2
+    assert at("granikv_prefix_hits_total") == 5
+    assert at("granikv_prefix_misses_total", reason="cold_fallback") == 1
+    assert at("granikv_dispatch_groups_total", backend="cascade") == 2
+    assert at("granikv_dispatch_regimes_total", regime="memory") == 7
+    assert at("granikv_generation_tokens_per_second") == 12.5
+    assert at("granikv_queue_depth", queue="waiting") == 1
+    assert ("granikv_prefix_hits_total", (("model", "tiny"), ("replica", "r2"))) in got
+
+
+def test_render_without_replicas() -> None:
+    got = samples(render({}).decode())
+    assert got == {("granikv_replicas", (("model", ""), ("replica", ""))): 0.0}
