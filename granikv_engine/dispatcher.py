@@ -147,12 +147,10 @@ class Dispatcher:
         c_us, p_us = casc.us, paged.us
         point = self.table.nearest(s) if self.table else None
         if point is not None:
-            # Scale the measured pair to this group by the roofline's ratio between the
-            # group and the grid point, so that a coarse grid still orders the backends.
-            ref = GroupStats(point.num_rows, point.num_rows * point.q_per_row,
-                             point.hot_len, 0)
-            c_us = point.cascade_us * casc.us / max(self.cascade_cost(ref).us, 1e-9)
-            p_us = point.paged_us * paged.us / max(self.paged_cost(ref).us, 1e-9)
+            # The measured pair of the nearest grid point decides (a roofline rescaling
+            # to the group's exact size mis-ranks small groups, where launch latency,
+            # not bytes or FLOPs, sets the time).
+            c_us, p_us = point.cascade_us, point.paged_us
             source = "table"
         if self.force is not None:
             backend, source = self.force, "forced"

@@ -7,7 +7,9 @@ inside the HOT arena, and already computed (before this step's queries): those k
 attended non-causally by every query of the row, so rows sharing ``(hot_start, hot_len)``
 form a group whose prefix can be read once for all of them.
 
-Lowering turns per-group backend choices into the metadata of one step:
+The analysis runs on the host, from host copies of the step's metadata (the model
+runner keeps them), so building a plan never waits for the GPU. Lowering turns per-group
+backend choices into device metadata with at most one host-to-device copy:
 - every row gets a "suffix" part: causal paged attention over the slots after its
   skipped HOT part (all of its slots when its group runs the unified paged backend);
 - cascade groups also get a dense part: their queries against the contiguous slab, to be
@@ -16,14 +18,18 @@ Lowering turns per-group backend choices into the metadata of one step:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from granikv_engine.dispatcher import Backend, GroupStats
 
 Tensor = torch.Tensor
+# Copies a host int32 array to the plan's device; the builder passes a pinned,
+# non-blocking one on GPUs.
+Stager = Callable[[np.ndarray], Tensor]
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,11 @@ class KernelPlan:
     query_start_loc: Tensor  # [B+1] int32
     kv_seq_lens: Tensor  # [B] int32, keys of each row's suffix part
     kv_pos_start: Tensor  # [B] int32, absolute position of the first suffix key
-    block_table: Tensor  # [B, max_kv] int32, suffix slots; stale past kv_seq_lens
+    block_table: Tensor  # [B, >= max_kv] int32, suffix slots; stale past kv_seq_lens
     max_q: int
     max_kv: int
     cascade: tuple[CascadeGroup, ...]
-    cascade_q_index: Tensor  # [Qc] int64, query token ids of cascade groups, group-major
+    cascade_q_index: Tensor  # [Qc] int32, query token ids of cascade groups, group-major
     backends: tuple[Backend, ...]  # per HotGroup, as chosen
     cascade_dev: CascadeMeta | None = None  # None when no group runs the cascade
 
@@ -87,9 +93,10 @@ class KernelPlan:
 
 
 def hot_lengths(block_table: Tensor, ctx_lens: Tensor, arena: tuple[int, int]) -> Tensor:
-    """[B] int64: leading slots of each row that are contiguous, in ``arena = [a0, a1)``
-    and below the row's computed context. Scans only ``block_table[:, :max(ctx)]``:
-    entries past a row's length are stale, so each row is also bounded by ``ctx_lens``."""
+    """[B] int64 by a full scan: leading slots of each row that are contiguous, in
+    ``arena = [a0, a1)`` and below the row's computed context. The reference for
+    ``hot_lengths_host``; bounded by ``ctx_lens`` because entries past a row's length
+    are stale."""
     b = block_table.shape[0]
     m = int(ctx_lens.max()) if b else 0
     if m == 0 or arena[1] <= arena[0]:
@@ -102,15 +109,41 @@ def hot_lengths(block_table: Tensor, ctx_lens: Tensor, arena: tuple[int, int]) -
     return ok.to(torch.int32).cumprod(dim=1).sum(dim=1)
 
 
+def hot_lengths_host(block_table: np.ndarray, ctx_lens: np.ndarray,
+                     arena: tuple[int, int]) -> np.ndarray:
+    """Same result as ``hot_lengths`` in O(B log L): a binary search per row.
+
+    Valid because a row's arena slots are exactly one leading contiguous run (the
+    scheduler gives HOT blocks only as a prefix, and COLD blocks are never inside the
+    arena), so "slot k == first + k" holds for k below the run and fails after it."""
+    b = block_table.shape[0]
+    if b == 0 or block_table.shape[1] == 0:
+        return np.zeros(b, dtype=np.int64)
+    first = block_table[:, 0].astype(np.int64)
+    hi = np.minimum(ctx_lens.astype(np.int64), arena[1] - first)
+    hi = np.where((first >= arena[0]) & (first < arena[1]), np.maximum(hi, 0), 0)
+    lo = np.zeros(b, dtype=np.int64)
+    rows = np.arange(b)
+    while True:
+        todo = lo < hi
+        if not todo.any():
+            return lo
+        mid = (lo + hi + 1) // 2
+        ok = block_table[rows, np.where(todo, mid - 1, 0)] == first + mid - 1
+        lo = np.where(todo & ok, mid, lo)
+        hi = np.where(todo & ~ok, mid - 1, hi)
+
+
 @dataclass(frozen=True)
 class StepPlan:
-    query_start_loc: Tensor  # [B+1] int32
-    seq_lens: Tensor  # [B] int32
-    block_table: Tensor  # [B, M] int32
-    hot_lens: Tensor  # [B] int64
+    query_start_loc: Tensor  # [B+1] int32, on the device
+    seq_lens: Tensor  # [B] int32, on the device
+    block_table: Tensor  # [B, M] int32, on the device
+    hot_lens: np.ndarray  # [B] int64, host
     groups: tuple[HotGroup, ...]
-    q_lens: tuple[int, ...]  # host copies
-    seq_lens_host: tuple[int, ...]
+    q_lens: np.ndarray  # [B] host
+    seq_lens_host: np.ndarray  # [B] host
+    query_start_host: np.ndarray  # [B+1] host
 
     @property
     def num_rows(self) -> int:
@@ -118,68 +151,68 @@ class StepPlan:
 
     @classmethod
     def build(cls, query_start_loc: Tensor, seq_lens: Tensor, block_table: Tensor,
-              arena: tuple[int, int], min_hot_len: int = 1) -> StepPlan:
-        q_lens = query_start_loc[1:] - query_start_loc[:-1]
-        hot = hot_lengths(block_table, seq_lens - q_lens, arena)
-        host = torch.stack([q_lens.to(torch.int64), seq_lens.to(torch.int64), hot,
-                            block_table[:, 0].to(torch.int64) if block_table.shape[1]
-                            else torch.zeros_like(hot)]).cpu().tolist()
-        q_h, s_h, hot_h, first_h = host if host else ([], [], [], [])
+              arena: tuple[int, int], min_hot_len: int = 1,
+              host: tuple[Tensor, Tensor, Tensor] | None = None) -> StepPlan:
+        """``host``: CPU copies of (query_start_loc, seq_lens, block_table); without them
+        the device tensors are copied (a device sync on a GPU)."""
+        qsl_h, seq_h, bt_h = host if host is not None else (
+            query_start_loc.cpu(), seq_lens.cpu(), block_table.cpu())
+        qsl = qsl_h.numpy().astype(np.int64)
+        seqs = seq_h.numpy().astype(np.int64)
+        bt = bt_h.numpy()
+        q_lens = qsl[1:] - qsl[:-1]
+        hot = hot_lengths_host(bt, seqs - q_lens, arena)
         by_key: dict[tuple[int, int], list[int]] = {}
-        for i, h in enumerate(hot_h):
-            if h >= min_hot_len:
-                by_key.setdefault((first_h[i], h), []).append(i)
+        for i in np.flatnonzero(hot >= min_hot_len).tolist():
+            by_key.setdefault((int(bt[i, 0]), int(hot[i])), []).append(i)
         groups = tuple(
-            HotGroup(start, length, tuple(rows), sum(q_h[r] for r in rows),
-                     sum(s_h[r] - length for r in rows))
+            HotGroup(start, length, tuple(rows), int(q_lens[rows].sum()),
+                     int((seqs[rows] - length).sum()))
             for (start, length), rows in sorted(by_key.items()))
         if min_hot_len > 1:  # rows below the threshold are plain paged rows
-            keep = torch.zeros_like(hot)
-            for g in groups:
-                keep[list(g.rows)] = g.hot_len
-            hot = keep
-        return cls(query_start_loc, seq_lens, block_table, hot, groups, tuple(q_h),
-                   tuple(s_h))
+            hot = np.where(hot >= min_hot_len, hot, 0)
+        return cls(query_start_loc, seq_lens, block_table, hot, groups, q_lens, seqs, qsl)
 
-    def lower(self, backends: Sequence[Backend]) -> KernelPlan:
+    def lower(self, backends: Sequence[Backend], stage: Stager | None = None) -> KernelPlan:
         if len(backends) != len(self.groups):
             raise ValueError(f"{len(backends)} choices for {len(self.groups)} groups")
         dev = self.block_table.device
-        skip = [0] * self.num_rows
+        max_q = int(self.q_lens.max()) if self.num_rows else 0
+        chosen = [g for g, be in zip(self.groups, backends) if be is Backend.CASCADE]
+        if not chosen:  # the unified paged kernel over the step's own tensors: no copy
+            return KernelPlan(self.query_start_loc, self.seq_lens,
+                              torch.zeros_like(self.seq_lens), self.block_table, max_q,
+                              int(self.seq_lens_host.max()) if self.num_rows else 0, (),
+                              torch.zeros(0, dtype=torch.int32, device=dev), tuple(backends))
+        skip = np.zeros(self.num_rows, dtype=np.int64)
         cascade: list[CascadeGroup] = []
         order: list[int] = []
         q_begin = 0
-        for g, be in zip(self.groups, backends):
-            if be is not Backend.CASCADE:
-                continue
-            for r in g.rows:
-                skip[r] = g.hot_len
+        for g in chosen:
+            skip[list(g.rows)] = g.hot_len
             order.extend(g.rows)
             cascade.append(CascadeGroup(g.hot_start, g.hot_len, q_begin,
                                         q_begin + g.num_queries))
             q_begin += g.num_queries
-        skip_t = torch.tensor(skip, dtype=torch.int32, device=dev)
+        q_index = self._query_index(order)
+        cu_q = [c.q_begin for c in cascade] + [cascade[-1].q_end]
+        cu_k = [c.hot_start for c in cascade] + [cascade[-1].hot_start + cascade[-1].hot_len]
+        used = [c.hot_len for c in cascade]
+        packed = np.concatenate([skip, q_index, cu_q, cu_k, used]).astype(np.int32)
+        dev_packed = (stage or _default_stage(dev))(packed)  # the one host-to-device copy
+        b, n, ng = self.num_rows, len(q_index), len(cascade)
+        skip_t = dev_packed[:b]
+        meta_at = b + n
+        meta = CascadeMeta(dev_packed[meta_at:meta_at + ng + 1],
+                           dev_packed[meta_at + ng + 1:meta_at + 2 * ng + 2],
+                           dev_packed[meta_at + 2 * ng + 2:meta_at + 3 * ng + 2],
+                           max(c.q_end - c.q_begin for c in cascade), max(used),
+                           order == list(range(b)))
         kv_lens = self.seq_lens.to(torch.int32) - skip_t
-        kv_lens_h = [s - k for s, k in zip(self.seq_lens_host, skip)]
-        max_kv = max(kv_lens_h, default=0)
-        table = self._shifted_table(skip_t, max_kv)
-        return KernelPlan(self.query_start_loc, kv_lens, skip_t, table,
-                          max(self.q_lens, default=0), max_kv, tuple(cascade),
-                          self._query_index(order), tuple(backends),
-                          self._cascade_meta(cascade, order))
-
-    def _cascade_meta(self, groups: list[CascadeGroup], order: list[int]) -> CascadeMeta | None:
-        if not groups:
-            return None
-        cu_q = [g.q_begin for g in groups] + [groups[-1].q_end]
-        cu_k = [g.hot_start for g in groups] + [groups[-1].hot_start + groups[-1].hot_len]
-        used = [g.hot_len for g in groups]
-        packed = torch.tensor(cu_q + cu_k + used, dtype=torch.int32,
-                              device=self.block_table.device)  # one host-to-device copy
-        n = len(groups) + 1
-        identity = order == list(range(self.num_rows))
-        return CascadeMeta(packed[:n], packed[n:2 * n], packed[2 * n:],
-                           max(g.q_end - g.q_begin for g in groups), max(used), identity)
+        max_kv = int((self.seq_lens_host - skip).max())
+        return KernelPlan(self.query_start_loc, kv_lens, skip_t,
+                          self._shifted_table(skip_t, max_kv), max_q, max_kv, tuple(cascade),
+                          dev_packed[b:b + n], tuple(backends), meta)
 
     def _shifted_table(self, skip: Tensor, width: int) -> Tensor:
         """block_table[i, skip[i] + j] for j < width, clamped inside the table."""
@@ -189,14 +222,17 @@ class StepPlan:
         cols = torch.arange(width, device=skip.device).unsqueeze(0) + skip.unsqueeze(1)
         return torch.gather(self.block_table, 1, cols.clamp_(max=m - 1).to(torch.int64))
 
-    def _query_index(self, rows: list[int]) -> Tensor:
-        dev = self.query_start_loc.device
+    def _query_index(self, rows: list[int]) -> np.ndarray:
         if not rows:
-            return torch.zeros(0, dtype=torch.int64, device=dev)
-        r = torch.tensor(rows, dtype=torch.int64, device=dev)
-        starts = self.query_start_loc.to(torch.int64)[r]
-        lens = self.query_start_loc.to(torch.int64)[r + 1] - starts
-        total = int(sum(self.q_lens[i] for i in rows))
-        base = torch.repeat_interleave(starts - torch.cumsum(lens, 0) + lens, lens,
-                                       output_size=total)
-        return base + torch.arange(total, device=dev)
+            return np.zeros(0, dtype=np.int64)
+        r = np.asarray(rows)
+        starts, lens = self.query_start_host[r], self.q_lens[r]
+        offsets = np.repeat(starts - np.cumsum(lens) + lens, lens)
+        return offsets + np.arange(int(lens.sum()))
+
+
+def _default_stage(device: torch.device) -> Stager:
+    def stage(a: np.ndarray) -> Tensor:
+        return torch.from_numpy(a).to(device)
+
+    return stage

@@ -38,10 +38,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--phases", default=",".join(PHASES))
     ap.add_argument("--timeout", type=int, default=560, help="per phase, seconds")
+    ap.add_argument("--workloads", default="", help="override the Llama phases' workloads")
+    ap.add_argument("--kernel-budget", default="150")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for phase in args.phases.split(","):
         cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
+        if args.workloads and phase in ("stock", "granikv", "stock-cascade"):
+            cmd[cmd.index("--workloads") + 1] = args.workloads
+        if phase == "kernels":
+            cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
         t0 = time.time()
         log = args.out / f"{phase}.log"
         with log.open("w") as f:

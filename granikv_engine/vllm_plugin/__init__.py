@@ -27,6 +27,29 @@ def register() -> None:
     register_backend(AttentionBackendEnum.CUSTOM, enable.BACKEND)
     engine_hooks.install()
     _hook_platform(type(current_platform))
+    _hook_model_runner()
+
+
+def _hook_model_runner() -> None:
+    """After the (V1) model runner builds its attention builders and input batch, give
+    the GraniKV builders the host block table, so building a step never syncs the GPU."""
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:  # no V1 runner in this build
+        return
+    if getattr(GPUModelRunner, "_granikv_hooked", False):
+        return
+    stock = GPUModelRunner.initialize_kv_cache
+
+    @functools.wraps(stock)
+    def initialize_kv_cache(self: Any, *args: Any, **kwargs: Any) -> None:
+        stock(self, *args, **kwargs)
+        from granikv_engine.vllm_plugin.backend import bind_host_block_tables
+
+        bind_host_block_tables(self)
+
+    GPUModelRunner.initialize_kv_cache = initialize_kv_cache
+    GPUModelRunner._granikv_hooked = True
 
 
 def _hook_platform(platform_cls: Any) -> None:

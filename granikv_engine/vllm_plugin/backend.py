@@ -9,9 +9,12 @@ blocks with ``kv[block_id]``.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import (
@@ -96,17 +99,76 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
             force=None if self.cfg.backend == "auto" else Backend(self.cfg.backend),
             margin=self.cfg.dispatch_margin)
         self.counters = DispatchCounters()
+        self.stage = Stager(device, vllm_config.scheduler_config.max_num_batched_tokens
+                            + 4 * vllm_config.scheduler_config.max_num_seqs + 64)
+        # The model runner's host copy of the block table (bound after KV-cache init,
+        # see bind_host_block_tables); without it each step copies the device table.
+        self.host_block_table: Callable[[], torch.Tensor] | None = None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> GraniKVMetadata:
         cam = common_attn_metadata
         b = cam.num_reqs
         plan = StepPlan.build(cam.query_start_loc[: b + 1], cam.seq_lens[:b],
-                              cam.block_table_tensor[:b], self.arena, self.cfg.min_hot_len)
+                              cam.block_table_tensor[:b], self.arena, self.cfg.min_hot_len,
+                              host=self._host_inputs(cam))
         choices = tuple(self.dispatcher.choose_all(g.stats() for g in plan.groups))
         self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
-        kplan = plan.lower([c.backend for c in choices])
+        kplan = plan.lower([c.backend for c in choices], self.stage)
         return GraniKVMetadata(cam.num_actual_tokens, cam.slot_mapping, kplan, choices)
+
+    def _host_inputs(self, cam: CommonAttentionMetadata
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        seq = cam._seq_lens_cpu if cam._seq_lens_cpu is not None else cam.seq_lens_cpu_upper_bound
+        if self.host_block_table is None or seq is None:
+            return None
+        b = cam.num_reqs
+        return cam.query_start_loc_cpu[: b + 1], seq[:b], self.host_block_table()[:b]
+
+
+class Stager:
+    """Host int32 arrays to the device in one non-blocking copy through a pinned buffer.
+
+    Reusing the pinned buffer is safe: the V1 model runner records an event after a
+    step's input preparation (metadata builds included) and waits for it before
+    preparing the next step."""
+
+    def __init__(self, device: torch.device, size: int) -> None:
+        self.device = device
+        self._alloc(size)
+
+    def _alloc(self, size: int) -> None:
+        pin = self.device.type == "cuda"
+        self.host = torch.empty(size, dtype=torch.int32, pin_memory=pin)
+        self.dev = torch.empty(size, dtype=torch.int32, device=self.device)
+
+    def __call__(self, a: np.ndarray) -> torch.Tensor:
+        n = a.shape[0]
+        if n > self.host.shape[0]:
+            self._alloc(2 * n)
+        self.host[:n].numpy()[:] = a
+        self.dev[:n].copy_(self.host[:n], non_blocking=True)
+        return self.dev[:n]
+
+
+def bind_host_block_tables(runner: Any) -> int:
+    """Give every GraniKV builder of a (V1) model runner its host block table."""
+    ref = weakref.ref(runner)
+    n = 0
+    for gid, groups in enumerate(getattr(runner, "attn_groups", []) or []):
+        for group in groups:
+            for b in getattr(group, "metadata_builders", []):
+                if isinstance(b, GraniKVMetadataBuilder):
+                    b.host_block_table = _host_table(ref, gid)
+                    n += 1
+    return n
+
+
+def _host_table(ref: weakref.ReferenceType[Any], gid: int) -> Callable[[], torch.Tensor]:
+    def get() -> torch.Tensor:
+        return ref().input_batch.block_table.block_tables[gid].get_cpu_tensor()
+
+    return get
 
 
 class GraniKVAttentionImpl(AttentionImpl[GraniKVMetadata]):

@@ -97,6 +97,7 @@ def worker_dispatch_stats(worker: Any) -> dict[str, Any]:
     total: dict[str, Any] = {}
     for b in granikv_builders(worker):
         _merge(total, b.counters.snapshot())
+        _merge(total, {"host_block_table": int(b.host_block_table is not None)})
     return total
 
 

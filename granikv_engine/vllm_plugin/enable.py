@@ -8,6 +8,7 @@ backend is chosen per layer in every process from the same config (``backend_pat
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from granikv_engine.config import GraniKVConfig
@@ -47,6 +48,18 @@ def apply_to_vllm_config(vllm_config: Any) -> None:
     par = vllm_config.parallel_config
     if par.worker_extension_cls in (None, "", EXTENSION):
         par.worker_extension_cls = EXTENSION
+    _use_v1_model_runner()
+
+
+def _use_v1_model_runner() -> None:
+    """GraniKV's builder reads the V1 model runner's host block table (the V2 runner
+    keeps block tables on the GPU only). vLLM picks the runner from this variable in
+    every process; processes started from here inherit it."""
+    v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if v2 is not None and v2.lower() in ("1", "true"):
+        raise ValueError("GraniKV needs vLLM's V1 model runner; unset "
+                         "VLLM_USE_V2_MODEL_RUNNER or set it to 0")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
 
 
 def _check_supported(vllm_config: Any) -> None:

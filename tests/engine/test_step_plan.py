@@ -95,3 +95,28 @@ def test_cascade_meta_is_the_varlen_form_of_the_groups() -> None:
     one = StepPlan.build(qsl[:3], torch.tensor([4, 4], dtype=torch.int32), bt[[0, 2]], ARENA)
     assert one.lower([Backend.CASCADE]).cascade_dev.identity  # type: ignore[union-attr]
     assert plan.lower([Backend.PAGED, Backend.PAGED]).cascade_dev is None
+
+
+def test_host_binary_search_equals_the_full_scan() -> None:
+    """Rows as the scheduler builds them: an optional leading HOT run (a prefix of some
+    registered range), then COLD slots outside the arena, then stale entries."""
+    import numpy as np
+
+    from granikv_engine.step_plan import hot_lengths_host
+
+    rng = np.random.default_rng(0)
+    arena = (1, 401)
+    for _ in range(200):
+        b, width = int(rng.integers(1, 12)), 64
+        bt = rng.integers(401, 5000, size=(b, width)).astype(np.int32)  # COLD/stale
+        ctx = rng.integers(0, width, size=b)
+        for i in range(b):
+            if rng.random() < 0.7:
+                start = int(rng.integers(1, 400))
+                run = int(rng.integers(1, min(width, 401 - start) + 1))
+                bt[i, :run] = np.arange(start, start + run)
+                if rng.random() < 0.3 and run < width:  # a COLD slot right after the arena
+                    bt[i, run] = start + run if start + run >= 401 else 4999
+        got = hot_lengths_host(bt, ctx, arena)
+        ref = hot_lengths(torch.from_numpy(bt), torch.from_numpy(ctx), arena)
+        assert got.tolist() == ref.tolist()

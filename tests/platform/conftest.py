@@ -10,6 +10,7 @@ disturb it (replica restart) run last (test_serve_replicas.py).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -29,7 +30,9 @@ SYNC_PERIOD_S = 0.5
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Unix socket paths must stay short: a private folder directly under /tmp.
-os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="gkvt-", dir="/tmp"))
+OWN_TMPDIR = None if "RAY_TMPDIR" in os.environ else tempfile.mkdtemp(prefix="gkvt-", dir="/tmp")
+if OWN_TMPDIR:
+    os.environ["RAY_TMPDIR"] = OWN_TMPDIR
 
 
 def free_port() -> int:
@@ -77,7 +80,9 @@ def ray_serve() -> Iterator[int]:
     try:
         serve.shutdown()
     finally:
-        ray.shutdown()
+        ray.shutdown()  # stops the cluster this process started (raylet, GCS, workers)
+        if OWN_TMPDIR:
+            shutil.rmtree(OWN_TMPDIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,12 +21,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_run_once_prints_answers_and_statistics() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GRANIKV_CONFIG")}
-    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
-               RAY_TMPDIR=tempfile.mkdtemp(prefix="gkvc-", dir="/tmp"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "granikv_platform.cli", "run", "--once",
-         "--port", str(free_port()), "--max-tokens", "8"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
+    tmp = tempfile.mkdtemp(prefix="gkvc-", dir="/tmp")  # its own cluster, its own files
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "granikv_platform.cli", "run", "--once",
+             "--port", str(free_port()), "--max-tokens", "8"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert re.search(r"team 'red': context red-context-\w+ \(\d{3} tokens\) is READY", out), out

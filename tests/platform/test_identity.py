@@ -8,7 +8,7 @@ import pytest
 from starlette.requests import Request
 
 from granikv_platform.errors import ApiError
-from granikv_platform.identity import TEAM_HEADER, bind_body, resolve_team
+from granikv_platform.identity import ANONYMOUS, TEAM_HEADER, bind_body, resolve_team
 
 
 def request(team: str | None) -> Request:
@@ -34,7 +34,8 @@ def test_bind_body_scopes_to_the_caller() -> None:
     out = bind_body(body, "red")
     assert out["vllm_xargs"] == {"granikv_prefix_id": "p", "x": 1, "granikv_team": "red"}
     assert "granikv_team" not in body["vllm_xargs"]  # the input is not modified
-    assert bind_body({"model": "m"}, None) == {"model": "m"}
+    anonymous = bind_body({"model": "m"}, None)  # never matches a team's prefix
+    assert anonymous == {"model": "m", "vllm_xargs": {"granikv_team": ANONYMOUS}}
     assert bind_body({"model": "m"}, "red", "ctx")["vllm_xargs"] == {
         "granikv_team": "red", "granikv_prefix_id": "ctx"}
 

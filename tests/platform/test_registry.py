@@ -40,7 +40,7 @@ def test_put_is_idempotent_and_scoped() -> None:
         st.delete("a", "blue")
     with pytest.raises(PrefixNotFound):
         st.get("zzz", "red")
-    assert [s.prefix_id for s in st.list("red")] == ["a"] and st.list("blue") == []
+    assert [s.prefix_id for s in st.list_specs("red")] == ["a"] and st.list_specs("blue") == []
     st.delete("a", "red")
     with pytest.raises(PrefixNotFound):
         st.get("a", "red")

@@ -42,6 +42,7 @@ def test_several_teams_prefill_decode_and_plain_requests_in_one_batch(
     assert_same(generate(stock_llm, prompts, sps_stock), generate(gk_llm, prompts, sps_gk))
     dispatch = control(gk_llm, "stats")["dispatch"]
     assert dispatch["groups"].get("cascade", 0) > 0 and dispatch["groups"].get("paged", 0) > 0
+    assert dispatch["host_block_table"] >= 1  # steps were planned without a device sync
 
 
 def test_prompt_match_binds_without_an_id(stock_llm: Any, gk_llm: Any) -> None:

@@ -44,7 +44,23 @@ def synthetic_step(rows: int, hot_len: int, q: int, suffix: int, device: torch.d
     return plan, base + rows * own
 
 
+def time_graph_us(fn: Callable[[], None], reps: int = 20) -> float:
+    """GPU time of ``fn`` without launch overhead: captured once in a CUDA graph, median
+    over timed replays."""
+    fn()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_us(graph.replay, reps=reps, warmup=2)
+
+
 def time_us(fn: Callable[[], None], reps: int = 5, warmup: int = 2) -> float:
+    """Eager time of ``fn`` (CPU launch overhead included), median of CUDA-event timings."""
     for _ in range(warmup):
         fn()
     times = []

@@ -1,5 +1,11 @@
 """GPU execution of a ``KernelPlan``: FA3 for the HOT slabs and the page-size-1 suffix,
-our Triton kernel for the in-place merge, vLLM's CUDA op for K/V writes."""
+vLLM's CUDA merge (or our Triton indexed merge when the cascade queries are not the whole
+step in order), vLLM's CUDA op for K/V writes.
+
+This runs eagerly once per layer between CUDA-graph pieces, so it keeps Python work
+small: kernel ops are called directly, shapes were checked when the plan was built
+(and by the launchers in ``fa3.py`` in tests).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,6 @@ import torch
 
 from granikv_engine.attention.triton_merge import merge_indexed_
 from granikv_engine.step_plan import KernelPlan
-from granikv_engine.vllm_plugin.kernels import fa3
 
 Tensor = torch.Tensor
 
@@ -15,28 +20,47 @@ Tensor = torch.Tensor
 class CudaOps:
     name = "fa3"
 
+    def __init__(self) -> None:
+        import vllm.vllm_flash_attn  # noqa: F401  (registers torch.ops._vllm_fa3_C)
+        from vllm._custom_ops import reshape_and_cache_flash
+        from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
+
+        self._fwd = torch.ops._vllm_fa3_C.fwd
+        self._write = reshape_and_cache_flash
+        self._merge = merge_attn_states
+        self._one: Tensor | None = None
+
     def write_kv(self, key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor,
                  slot_mapping: Tensor, k_scale: Tensor | None = None,
                  v_scale: Tensor | None = None) -> None:
-        from vllm._custom_ops import reshape_and_cache_flash
-
-        one = torch.ones((), dtype=torch.float32, device=key.device)
+        if k_scale is None or v_scale is None:
+            if self._one is None:
+                self._one = torch.ones((), dtype=torch.float32, device=key.device)
+            k_scale = v_scale = self._one
         # [num_slots, Hkv, D] -> [num_blocks, 1, Hkv, D] pages, as the op expects
-        reshape_and_cache_flash(key, value, k_cache.unsqueeze(1), v_cache.unsqueeze(1),
-                                slot_mapping, "auto", one if k_scale is None else k_scale,
-                                one if v_scale is None else v_scale)
+        self._write(key, value, k_cache.unsqueeze(1), v_cache.unsqueeze(1), slot_mapping,
+                    "auto", k_scale, v_scale)
 
     def forward(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: KernelPlan,
                 scale: float, out: Tensor) -> None:
         kp, vp = k_cache.unsqueeze(1), v_cache.unsqueeze(1)
-        lse = fa3.paged(q, kp, vp, plan.query_start_loc, plan.kv_seq_lens, plan.block_table,
-                        plan.max_q, plan.max_kv, scale, out, want_lse=bool(plan.cascade))
-        if not plan.cascade:
-            return
-        assert lse is not None and plan.cascade_dev is not None
+        # Causal paged attention, page size 1: the COLD suffix of cascade rows, the whole
+        # sequence of the others. Argument order: torch.ops._vllm_fa3_C.fwd.
+        _, lse, _, _ = self._fwd(
+            q, kp, vp, None, None, None, out, plan.query_start_loc, None, None, None,
+            plan.kv_seq_lens, plan.max_q, plan.max_kv, plan.block_table, None, None, None,
+            None, None, None, None, None, scale, True, -1, -1, 0.0, True, None, 0, None, 0,
+            None, 1, 0, None)
         d = plan.cascade_dev
-        idx = plan.cascade_q_index
-        q_c = q.index_select(0, idx) if not d.identity else q.contiguous()
-        o_hot, lse_hot = fa3.dense_prefix(q_c, k_cache, v_cache, d.cu_q, d.cu_k, d.seqused_k,
-                                          d.max_q, d.max_k, scale)
-        merge_indexed_(out, lse.contiguous(), o_hot, lse_hot, idx)
+        if d is None:
+            return
+        q_c = q if d.identity else q.index_select(0, plan.cascade_q_index)
+        # Dense, non-causal: every group's queries against its contiguous HOT slab.
+        o_hot, lse_hot, _, _ = self._fwd(
+            q_c, k_cache, v_cache, None, None, None, None, d.cu_q, d.cu_k, None, None,
+            d.seqused_k, d.max_q, d.max_k, None, None, None, None, None, None, None, None,
+            None, scale, False, -1, -1, 0.0, True, None, 0, None, 0, None, 1, 0, None)
+        if d.identity:
+            self._merge(out, o_hot, lse_hot, out, lse)
+        else:
+            merge_indexed_(out, lse, o_hot, lse_hot, plan.cascade_q_index)
