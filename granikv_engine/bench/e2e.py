@@ -68,6 +68,9 @@ def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
     if gpu:  # both engines alike; async scheduling is vLLM's GPU default, made explicit
         kw["gpu_memory_utilization"] = 0.9
         kw["async_scheduling"] = True
+        # Start-up only: FlashInfer autotuning and its sampler's JIT (greedy decoding
+        # never uses it) cost ~100 s per fresh machine; off for every engine alike.
+        kw["kernel_config"] = {"enable_flashinfer_autotune": False}
     kw.update(engine_kwargs(engine, max_len, hot_slots, async_sched=gpu, tiny=tiny,
                             calibration=calibration))
     kw.update(extra)
@@ -140,6 +143,9 @@ def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
 
 
 def main() -> None:
+    import os
+
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # see make_llm
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True,
                     choices=["stock", "stock-cascade", "granikv-paged", "granikv"])

@@ -10,6 +10,8 @@ W3), ``stock-cascade``, ``w4-stock``, ``w4-granikv``. Results land in ``--out`` 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -51,14 +53,42 @@ def main() -> None:
         t0 = time.time()
         log = args.out / f"{phase}.log"
         with log.open("w") as f:
+            # Own process group: on a timeout the engine core and workers go too, and
+            # the next phase starts on a free GPU.
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
             try:
-                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                    timeout=args.timeout).returncode
+                rc: int | str = proc.wait(timeout=args.timeout)
             except subprocess.TimeoutExpired:
                 rc = "timeout"
+            _kill_group(proc)
+            _wait_gpu_free()
         tail = log.read_text().splitlines()[-12:]
         print(f"== {phase}: rc={rc} in {time.time() - t0:.0f}s", flush=True)
         print("\n".join(line[:200] for line in tail), flush=True)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(3)
+
+
+def _wait_gpu_free(limit_s: float = 90, used_mib: int = 4000) -> None:
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        if not out.strip() or max(int(x) for x in out.split()) < used_mib:
+            return
+        time.sleep(2)
 
 
 if __name__ == "__main__":
