@@ -160,7 +160,21 @@ class Dispatcher:
         return Choice(backend, self._regime(s, chosen), c_us, p_us, source)
 
     def choose_all(self, groups: Iterable[GroupStats]) -> list[Choice]:
-        return [self.choose(g) for g in groups]
+        """Per-group choices, then one step-level check: the cascade's extra launches
+        (one dense pass and one merge for all cascade groups together) are paid once per
+        step, so the groups that gain must together gain more than that overhead."""
+        choices = [self.choose(g) for g in groups]
+        overhead = self.step_overhead_us()
+        casc = [c for c in choices if c.backend is Backend.CASCADE and c.source != "forced"]
+        if casc and sum(c.paged_us - c.cascade_us for c in casc) < overhead:
+            choices = [c._replace(backend=Backend.PAGED) if c in casc else c for c in choices]
+        return choices
+
+    def step_overhead_us(self) -> float:
+        """Launch cost of running the cascade in a step, beyond the paged pass."""
+        if self.table is not None and "cascade_overhead_us" in self.table.meta:
+            return float(self.table.meta["cascade_overhead_us"])  # type: ignore[arg-type]
+        return 0.0
 
     # ---- roofline -----------------------------------------------------------------
     def _kv_bytes(self, tokens: float) -> float:

@@ -22,7 +22,7 @@ class _ProbeControl:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         if op == "reset_peaks":
-            self.s.step_stats = StepStats()
+            self.s.step_stats = StepStats(bool(args.get("track", False)))
             return {"ok": True}
         if op != "stats":
             return {"error": {"status": 400, "type": "ValueError",
@@ -48,9 +48,12 @@ class _ProbeMixin:
         dt = time.perf_counter() - t
         bp = self.kv_cache_manager.block_pool  # type: ignore[attr-defined]
         used = bp.num_gpu_blocks - 1 - bp.get_num_free_blocks()
-        tokens = sum(r.num_computed_tokens for r in self.running)  # type: ignore[attr-defined]
         bs = self.block_size  # type: ignore[attr-defined]
-        self.step_stats.scheduled(dt, used, used * bs - tokens)
+        over = 0
+        if self.step_stats.track:
+            tokens = sum(r.num_computed_tokens for r in self.running)  # type: ignore[attr-defined]
+            over = used * bs - tokens
+        self.step_stats.scheduled(dt, used, over)
         return out
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> Any:

@@ -36,7 +36,7 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
     for name in sorted(by):
         e = by[name]
         st, gk = e.get("stock"), e.get("granikv")
-        x = gk["tok_s"] / st["tok_s"] if st and gk else float("nan")
+        x = f"**{gk['tok_s'] / st['tok_s']:.2f}x**" if st and gk else "not measured"
         speed[name] = {k: v["tok_s"] for k, v in e.items()}
 
         def f(r: dict[str, Any] | None, key: str = "tok_s") -> str:
@@ -47,11 +47,32 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
             return " / ".join(f"{v * scale:.2f}" if v is not None else "-" for v in vals)
 
         w = WORKLOADS[name]
-        lines.append(f"| {name} | {f(st)} | {f(gk)} | **{x:.2f}x** | {w.target_x}x | "
+        lines.append(f"| {name} | {f(st)} | {f(gk)} | {x} | {w.target_x}x | "
                      f"{ceilings[name]}x | {f(e.get('granikv-paged'))} | "
                      f"{f(e.get('stock-cascade'))} | {lat('ttft_s', 1)} | "
                      f"{lat('itl_s', 1e3)} |")
     return "\n".join(lines), speed
+
+
+def step_table(runs: list[dict[str, Any]]) -> str:
+    """Where a step's time goes, from the engines' own counters."""
+    lines = ["| engine | workload | wall s | engine steps | TTFT p50 s | decode step (ITL p50) ms "
+             "| scheduler ms/step | HOT groups: cascade / paged | rows in cascade groups |",
+             "|" + "---|" * 9]
+    for run in runs:
+        for r in run["results"]:
+            sch = r.get("scheduler") or {}
+            steps = sch.get("steps") or 0
+            ms = 1e3 * (sch.get("schedule_s", 0) + sch.get("update_s", 0)) / max(steps, 1)
+            disp = r.get("dispatch") or {}
+            groups = disp.get("groups", {})
+            rows = disp.get("rows", {})
+            lines.append(
+                f"| {r['engine']} | {r['workload']} | {r['wall_s']:.2f} | {steps} | "
+                f"{r['ttft_s'].get('p50', 0):.2f} | {1e3 * r['itl_s'].get('p50', 0):.1f} | "
+                f"{ms:.2f} | {groups.get('cascade', '-')} / {groups.get('paged', '-')} | "
+                f"{rows.get('cascade', '-')} |")
+    return "\n".join(lines)
 
 
 def e2e_plot(speed: dict[str, dict[str, float]], path: Path) -> None:
@@ -125,7 +146,8 @@ def main() -> None:
         cmds = sorted({r["env"]["command"] for r in runs})
         (args.out / "e2e.md").write_text(
             "# End to end: stock vLLM 0.26 vs GraniKV\n\n" + head + "\nCommands:\n"
-            + "".join(f"- `{c}`\n" for c in cmds) + "\n" + table + "\n")
+            + "".join(f"- `{c}`\n" for c in cmds) + "\n" + table + "\n\n## Per step\n\n"
+            + step_table(runs) + "\n")
         e2e_plot(speed, args.out / "e2e.png")
     if kernels:
         (args.out / "kernels.md").write_text(

@@ -35,7 +35,11 @@ def _hook_model_runner() -> None:
     the GraniKV builders the host block table, so building a step never syncs the GPU."""
     try:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    except ImportError:  # no V1 runner in this build
+    except Exception as e:  # noqa: BLE001  (the builder falls back to the call stack)
+        from vllm.logger import init_logger
+
+        init_logger(__name__).warning("GraniKV: model-runner hook not installed (%s: %s)",
+                                      type(e).__name__, e)
         return
     if getattr(GPUModelRunner, "_granikv_hooked", False):
         return

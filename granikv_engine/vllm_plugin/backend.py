@@ -9,6 +9,7 @@ blocks with ``kv[block_id]``.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from vllm.config import VllmConfig
+from vllm.logger import init_logger
 from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,
@@ -33,6 +35,8 @@ from granikv_engine.stats import DispatchCounters
 from granikv_engine.step_plan import KernelPlan, StepPlan
 from granikv_engine.vllm_plugin.attn_ops import ops_for
 from granikv_engine.vllm_plugin.enable import granikv_config
+
+logger = init_logger(__name__)
 
 
 class GraniKVAttentionBackend(AttentionBackend):
@@ -104,6 +108,7 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         # The model runner's host copy of the block table (bound after KV-cache init,
         # see bind_host_block_tables); without it each step copies the device table.
         self.host_block_table: Callable[[], torch.Tensor] | None = None
+        self._searched_runner = False
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> GraniKVMetadata:
@@ -120,6 +125,9 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
     def _host_inputs(self, cam: CommonAttentionMetadata
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         seq = cam._seq_lens_cpu if cam._seq_lens_cpu is not None else cam.seq_lens_cpu_upper_bound
+        if self.host_block_table is None and not self._searched_runner:
+            self._searched_runner = True
+            bind_from_caller(self)
         if self.host_block_table is None or seq is None:
             return None
         b = cam.num_reqs
@@ -162,6 +170,24 @@ def bind_host_block_tables(runner: Any) -> int:
                     b.host_block_table = _host_table(ref, gid)
                     n += 1
     return n
+
+
+def bind_from_caller(builder: GraniKVMetadataBuilder, depth: int = 12) -> bool:
+    """Fallback when the model-runner hook could not be installed: the runner that calls
+    ``build`` is on the stack; bind its host block tables (once, at the first step)."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            break
+        cand = frame.f_locals.get("self")
+        if hasattr(cand, "attn_groups") and hasattr(cand, "input_batch"):
+            found = bind_host_block_tables(cand)
+            logger.info("GraniKV: bound %d builders to the model runner's host block table "
+                        "(from the call stack)", found)
+            return builder.host_block_table is not None
+        frame = frame.f_back
+    logger.warning("GraniKV: no host block table; each step copies the device block table")
+    return False
 
 
 def _host_table(ref: weakref.ReferenceType[Any], gid: int) -> Callable[[], torch.Tensor]:

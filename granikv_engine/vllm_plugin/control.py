@@ -74,10 +74,12 @@ class Control:
             "scheduler": s.step_stats.snapshot(),
         }
 
-    def op_reset_peaks(self) -> dict[str, Any]:
+    def op_reset_peaks(self, track: bool = False) -> dict[str, Any]:
+        """Restart the step counters; ``track`` also checks every step that COLD slots
+        in use equal the running requests' COLD tokens (costs O(running) a step)."""
         from granikv_engine.vllm_plugin.scheduler import StepStats
 
-        self.s.step_stats = StepStats()
+        self.s.step_stats = StepStats(track)
         return {"ok": True}
 
 

@@ -37,6 +37,20 @@ class HotRun(list):  # type: ignore[type-arg]
     hot_len: int = 0
 
 
+class HotBlocks(KVCacheBlocks):
+    """A request's blocks whose first ``hot_len`` are the HOT range from ``hot_start``:
+    their ids come from a ``range``, not from 16K block objects, one at a time."""
+
+    hot_start: int = 0
+    hot_len: int = 0
+
+    def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...]:
+        (blocks,) = self.blocks
+        ids = list(range(self.hot_start, self.hot_start + self.hot_len))
+        ids.extend(b.block_id for b in blocks[self.hot_len:])
+        return (ids,)
+
+
 @dataclass(frozen=True)
 class Intent:
     """What the scheduler decided for a request when it arrived."""
@@ -81,7 +95,18 @@ class GraniKVCacheManager(KVCacheManager):
         me.registry, me.arena = registry, arena
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
         _patch_touch(me.block_pool)
+        for single in me.coordinator.single_type_managers:
+            single._get_num_evictable_blocks = _evictable_counter(arena)
         return me
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        held = self.held.get(request_id)
+        (blocks,) = self.coordinator.get_blocks(request_id)
+        if held is None or not blocks or blocks[0].block_id != held.start:
+            return super().get_blocks(request_id)
+        out = HotBlocks((blocks,))
+        out.hot_start, out.hot_len = held.start, held.hot_len
+        return out
 
     # ---- lookups --------------------------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
@@ -200,6 +225,22 @@ def _patch_touch(block_pool: Any) -> None:
         stock(blocks)
 
     block_pool.touch = touch
+
+
+def _evictable_counter(arena: SlotRange) -> Any:
+    """Counts evictable (free-queue) blocks among a hit's computed blocks, skipping the
+    leading HOT run (never evictable: each holds its reservation reference) instead of
+    walking its Lp blocks."""
+
+    def count(blocks: Sequence[KVCacheBlock]) -> int:
+        n = 0
+        for b in reversed(blocks):  # HOT blocks come first; the COLD tail is short
+            if arena.start <= b.block_id < arena.end:
+                break
+            n += b.ref_cnt == 0 and not b.is_null
+        return n
+
+    return count
 
 
 def reserve_arena(block_pool: Any, capacity: int) -> SlotRange:

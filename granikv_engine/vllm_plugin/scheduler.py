@@ -64,7 +64,8 @@ class GraniKVSchedulerMixin:
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         dt = time.perf_counter() - t
         used = self._cold_used()
-        self.step_stats.scheduled(dt, used, used - self._cold_tokens_running())
+        over = used - self._cold_tokens_running() if self.step_stats.track else 0
+        self.step_stats.scheduled(dt, used, over)
         return out
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
@@ -171,7 +172,8 @@ class GraniKVSchedulerMixin:
 class StepStats:
     """Engine-core time per step and peak COLD usage, in the scheduler's own process."""
 
-    def __init__(self) -> None:
+    def __init__(self, track: bool = False) -> None:
+        self.track = track  # also check slots == tokens every step (O(running))
         self.steps = 0
         self.schedule_s = 0.0
         self.update_s = 0.0

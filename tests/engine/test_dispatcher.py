@@ -65,3 +65,16 @@ def test_tp_halves_per_rank_work() -> None:
     one = Dispatcher(LLAMA8B).paged_cost(decode(64, 4096)).us
     two = Dispatcher(AttnShape(32, 8, 128, hidden_size=4096, tp=2)).paged_cost(decode(64, 4096)).us
     assert two == pytest.approx(one / 2)
+
+
+def test_step_level_overhead_keeps_small_gains_paged() -> None:
+    pts = (CalibrationPoint(8, 2048, 1, cascade_us=40.0, paged_us=60.0),
+           CalibrationPoint(256, 16384, 1, cascade_us=200.0, paged_us=2400.0))
+    table = CalibrationTable(pts, {"cascade_overhead_us": 50.0})
+    d = Dispatcher(LLAMA8B, table=table)
+    small = [decode(8, 2048), decode(8, 2048)]  # 2 x 20 us of gain < 50 us of launches
+    assert [c.backend for c in d.choose_all(small)] == [Backend.PAGED, Backend.PAGED]
+    mixed = small + [decode(256, 16384)]  # the big group pays for the launches
+    assert [c.backend for c in d.choose_all(mixed)] == [Backend.CASCADE] * 3
+    no_overhead = Dispatcher(LLAMA8B, table=CalibrationTable(pts))
+    assert {c.backend for c in no_overhead.choose_all(small)} == {Backend.CASCADE}

@@ -25,7 +25,7 @@ def test_kv_slots_used_are_exactly_prefix_plus_agent_tokens(stock_llm: Any, gk_l
     generate(stock_llm, [prefix], params(1))  # stock: the prefix in its prefix cache
     agents = [prefix + tokens(600 + j, s) for j in range(n)]
     for llm in (gk_llm, stock_llm):
-        control(llm, "reset_peaks")
+        control(llm, "reset_peaks", track=True)
     assert_same(generate(stock_llm, agents, params(m)),
                 generate(gk_llm, agents, params(m, bind_args("mem", "mem-ctx"))))
     gk = control(gk_llm, "stats")["scheduler"]

@@ -87,3 +87,32 @@ def test_seeded_hashes_equal_stock_hashes() -> None:
     other = Request("c", [9] + prompt[1:], SamplingParams(max_tokens=1), None,
                     block_hasher=seeded)  # does not start with the prefix: not seeded
     assert seeded.seeded_tokens == 2 * 64 and len(other.block_hashes) == 67
+
+
+def test_builder_finds_its_runner_on_the_call_stack() -> None:
+    """Fallback binding when the model-runner hook is missing: the builder is called by
+    its runner, whose host block table it then reads."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder, bind_from_caller
+
+    builder = object.__new__(GraniKVMetadataBuilder)
+    builder.host_block_table = None
+    table = torch.arange(12, dtype=torch.int32).view(3, 4)
+    block_tables = [SimpleNamespace(get_cpu_tensor=lambda: table)]
+
+    class Runner:
+        def __init__(self) -> None:
+            self.attn_groups = [[SimpleNamespace(metadata_builders=[builder])]]
+            self.input_batch = SimpleNamespace(block_table=SimpleNamespace(
+                block_tables=block_tables))
+
+        def build(self) -> bool:
+            return bind_from_caller(builder)
+
+    runner = Runner()
+    assert runner.build() is True
+    assert builder.host_block_table is not None and builder.host_block_table() is table
+    assert bind_from_caller(builder) is False or builder.host_block_table() is table
