@@ -7,11 +7,12 @@ STAMP := $(VENV)/.granikv-installed
 # GPU machines (nvidia-smi present) get vllm==0.26.0 + FlashInfer; others the CPU build.
 GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 REQS := requirements/cpu.txt requirements/dev.txt requirements/vllm026-cpu-deps.txt \
-        requirements/cpu-constraints.txt pyproject.toml
+        requirements/cpu-constraints.txt pyproject.toml \
+        $(wildcard platform/*/__init__.py agents/*/__init__.py)
 PYTEST_ARGS ?= -q
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test run demo lint bench clean
+.PHONY: install test run demo lint bench tokenizer clean
 
 install: $(STAMP)
 
@@ -32,15 +33,15 @@ test: install
 run: install
 	$(PY) -m granikv_platform.cli run
 
-demo: install
-	$(PY) -m granikv_engine.demo
-
 lint: install
 	$(VENV)/bin/ruff check granikv_engine platform agents tests
 	$(VENV)/bin/mypy
 
+tokenizer: install
+	$(PY) deploy/models/build_tiny_tokenizer.py
+
 bench: install
-	$(PY) -m granikv_engine.bench.e2e --all
+	$(PY) -m granikv_engine.bench.run --out runs/bench-$$(date +%Y%m%d-%H%M%S)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

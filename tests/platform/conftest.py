@@ -29,10 +29,6 @@ SYNC_PERIOD_S = 0.5
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-# Unix socket paths must stay short: a private folder directly under /tmp.
-OWN_TMPDIR = None if "RAY_TMPDIR" in os.environ else tempfile.mkdtemp(prefix="gkvt-", dir="/tmp")
-if OWN_TMPDIR:
-    os.environ["RAY_TMPDIR"] = OWN_TMPDIR
 
 
 def free_port() -> int:
@@ -73,6 +69,10 @@ def ray_serve() -> Iterator[int]:
     import ray
     from ray import serve
 
+    # A private RAY_TMPDIR; Unix socket paths must stay short: directly under /tmp.
+    own_tmp = None if "RAY_TMPDIR" in os.environ else tempfile.mkdtemp(prefix="gkvt-", dir="/tmp")
+    if own_tmp:
+        os.environ["RAY_TMPDIR"] = own_tmp
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="gkvtest")
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -81,8 +81,9 @@ def ray_serve() -> Iterator[int]:
         serve.shutdown()
     finally:
         ray.shutdown()  # stops the cluster this process started (raylet, GCS, workers)
-        if OWN_TMPDIR:
-            shutil.rmtree(OWN_TMPDIR, ignore_errors=True)
+        if own_tmp:
+            del os.environ["RAY_TMPDIR"]
+            shutil.rmtree(own_tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,12 @@ def test_placement_per_accelerator() -> None:
 
 @pytest.mark.parametrize("name", ["local.yaml", "serve_config.yaml", "kuberay/rayservice.yaml"])
 def test_deploy_files_build(name: str) -> None:
+    from ray.serve.schema import ServeDeploySchema
+
+    doc = yaml.safe_load((DEPLOY / name).read_text())
+    if doc.get("kind") == "RayService":
+        doc = yaml.safe_load(doc["spec"]["serveConfigV2"])
+    ServeDeploySchema.model_validate(doc)  # what `serve deploy` / KubeRay accept
     serve_file = load_serve_config(DEPLOY / name)
     assert serve_file.apps
     for spec in serve_file.apps:

@@ -1,0 +1,58 @@
+"""create_app: the ingress's FastAPI app for one PlatformConfig.
+
+Routes:
+- OpenAI: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (SSE with
+  ``stream: true``); a request binds to a prefix with ``vllm_xargs``.
+- Prefixes of the calling team: POST/GET /v1/prefixes, GET/DELETE /v1/prefixes/{id}.
+- Per configured team, under /teams/{team}: PUT/GET /context, GET /v1/models,
+  POST /v1/chat/completions (the team context first, bound to its HOT prefix), and the
+  routers of ``config.team_routers``.
+- Operations: GET /metrics (Prometheus), GET /v1/granikv/stats, GET /teams, GET /healthz.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI
+
+from granikv_platform.config import PlatformConfig, TeamConfig
+from granikv_platform.deps import enter_team
+from granikv_platform.errors import install_error_handlers
+from granikv_platform.routes import openai, ops, prefixes, teams
+
+
+def create_app(cfg: PlatformConfig) -> FastAPI:
+    app = FastAPI(title="GraniKV platform", version="0.1.0",
+                  description="OpenAI-compatible serving with team-scoped HOT prefixes.")
+    install_error_handlers(app)
+    app.include_router(openai.router(cfg))
+    app.include_router(prefixes.router())
+    app.include_router(ops.router(cfg))
+    for path in cfg.extra_routers:
+        app.include_router(_factory(path)())
+    for team in cfg.teams:
+        mount = {"prefix": f"/teams/{team.name}",
+                 "dependencies": [Depends(enter_team(team.name))]}  # caller == team
+        app.include_router(teams.router(cfg, team), **mount)  # type: ignore[arg-type]
+        for path in cfg.team_routers:
+            app.include_router(_team_factory(path)(team), **mount)  # type: ignore[arg-type]
+    return app
+
+
+def _factory(path: str) -> Callable[[], APIRouter]:
+    return _load(path)  # type: ignore[no-any-return]
+
+
+def _team_factory(path: str) -> Callable[[TeamConfig], APIRouter]:
+    return _load(path)  # type: ignore[no-any-return]
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"cannot load router factory {path!r}: {e}") from e

@@ -1,0 +1,238 @@
+"""PlatformConfig: the pydantic config of one GraniKV Serve application.
+
+It is the ``args`` block of a Serve config file (``deploy/*.yaml``); ``build_app(args)``
+validates it here. YAML is read only at the edges (``loader.py``, the CLI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from granikv_engine.config import GraniKVConfig
+from granikv_platform.env import REPO_ROOT
+
+TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+# Engine arguments the platform sets itself, from the fields named here.
+_OWNED_KWARGS = {
+    "model": "model.source", "served_model_name": "model.model_id",
+    "tokenizer": "model.tokenizer", "tensor_parallel_size": "engine.tensor_parallel_size",
+    "distributed_executor_backend": "engine.accelerator (the platform chooses it)",
+    "worker_extension_cls": "nothing (GraniKV installs its own worker extension)",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def resolve_path(raw: str) -> Path | None:
+    """An existing local path, tried as given, then relative to the repository root."""
+    for p in (Path(raw).expanduser(), REPO_ROOT / raw):
+        if p.exists():
+            return p.resolve()
+    return None
+
+
+class ModelConfig(_Strict):
+    model_id: str = Field(description="Name clients use in the `model` field of requests.")
+    source: str = Field(description="A local model folder (config.json, weights or "
+                        "load_format=dummy, tokenizer) or a Hugging Face id a cluster "
+                        "node can download.")
+    tokenizer: str | None = Field(None, description="Tokenizer folder or id; default: "
+                                  "the model source.")
+
+    @field_validator("source", "tokenizer")
+    @classmethod
+    def _local_or_hub_id(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        local = resolve_path(v)
+        if local is not None:
+            if not (local / "config.json").exists() and not (local / "tokenizer.json").exists():
+                raise ValueError(f"{v!r} is a folder without config.json or tokenizer.json")
+            return str(local)  # absolute: replicas do not share the driver's cwd
+        if v.startswith(("/", ".", "~")) or v.count("/") != 1:
+            raise ValueError(f"model path {v!r} does not exist (and is not a hub id org/name)")
+        return v
+
+
+class EngineConfig(_Strict):
+    accelerator: Literal["cpu", "gpu"] = Field(
+        "gpu", description="cpu: vLLM's CPU build, TP 1, multiprocessing executor; gpu: "
+        "one GPU per TP rank, in a placement group, vLLM's Ray executor when TP > 1.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica (TP degree).")
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="vllm AsyncEngineArgs fields (max_model_len, "
+        "dtype, load_format, gpu_memory_utilization, ...).")
+    granikv: dict[str, Any] = Field(
+        default_factory=lambda: {"enabled": True},
+        description="GraniKV settings (granikv_engine.config.GraniKVConfig fields); sent "
+        "as additional_config.granikv.")
+    reinit_dummy_weights: bool = Field(
+        True, description="With load_format=dummy, redraw the weights (seeded) so the "
+        "model's outputs depend on its input; vLLM's dummy weights repeat two tokens.")
+    weight_seed: int = Field(0, description="Seed of the redrawn dummy weights.")
+
+    @field_validator("granikv")
+    @classmethod
+    def _granikv(cls, v: dict[str, Any]) -> dict[str, Any]:
+        cfg = GraniKVConfig.from_dict(v)  # raises on unknown or invalid settings
+        if not cfg.enabled:
+            raise ValueError("the platform serves GraniKV engines: granikv.enabled must be true")
+        return v
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _engine_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if key in _OWNED_KWARGS:
+                raise ValueError(f"engine_kwargs.{key} is set from {_OWNED_KWARGS[key]}")
+        unknown = sorted(set(v) - engine_arg_names())
+        if unknown:
+            raise ValueError(f"unknown vLLM engine arguments {unknown}")
+        extra = v.get("additional_config") or {}
+        if "granikv" in extra:
+            raise ValueError("set GraniKV options in engine.granikv, not additional_config")
+        return v
+
+    @model_validator(mode="after")
+    def _tp_on_cpu(self) -> EngineConfig:
+        if self.accelerator == "cpu" and self.tensor_parallel_size != 1:
+            raise ValueError("tensor_parallel_size > 1 needs accelerator: gpu")
+        return self
+
+    @property
+    def dummy_weights(self) -> bool:
+        return self.engine_kwargs.get("load_format") == "dummy"
+
+
+class TeamConfig(_Strict):
+    name: str = Field(description="Team id: lowercase letters, digits, '-' and '_'.")
+    context: str | None = Field(None, description="The team's shared context (system "
+                                "message), pinned as its HOT prefix at start-up.")
+    context_file: str | None = Field(None, description="Read the context from this file.")
+    description: str = Field("", description="Free text shown by GET /teams.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not TEAM_RE.match(v):
+            raise ValueError(f"team name {v!r} must match {TEAM_RE.pattern}")
+        return v
+
+    @model_validator(mode="after")
+    def _load_context(self) -> TeamConfig:
+        if self.context is not None and self.context_file is not None:
+            raise ValueError(f"team {self.name}: give context or context_file, not both")
+        if self.context_file is not None:
+            path = resolve_path(self.context_file)
+            if path is None:
+                raise ValueError(f"team {self.name}: no file {self.context_file!r}")
+            object.__setattr__(self, "context", path.read_text())
+            object.__setattr__(self, "context_file", None)
+        if self.context is not None and not self.context.strip():
+            raise ValueError(f"team {self.name}: the context is empty")
+        return self
+
+
+class ReplicaConfig(_Strict):
+    num_replicas: int = Field(1, ge=1, description="LLM replicas (one engine each).")
+    num_cpus: float = Field(1.0, ge=0, description="Logical CPUs the replica actor "
+                            "reserves (on CPU, <= 1 lets several replicas share a node).")
+    max_ongoing_requests: int = Field(256, ge=1, description="Per-replica concurrency cap.")
+    health_check_period_s: float = Field(10.0, gt=0, description="How often Serve asks the "
+                                         "engine for a round trip.")
+    health_check_timeout_s: float = Field(30.0, gt=0, description="A slower answer fails "
+                                          "the check; Serve restarts the replica.")
+    graceful_shutdown_wait_loop_s: float = Field(1.0, gt=0, description="Drain poll period.")
+    graceful_shutdown_timeout_s: float = Field(30.0, gt=0, description="How long a "
+                                               "stopping replica drains its requests.")
+    sync_period_s: float = Field(1.0, gt=0, description="How often a replica reconciles "
+                                 "its prefixes with the registry and reports its stats.")
+    runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env "
+                                        "of the replicas (env_vars such as "
+                                        "VLLM_CPU_KVCACHE_SPACE).")
+
+
+class IngressConfig(_Strict):
+    num_replicas: int = Field(1, ge=1, description="HTTP ingress replicas.")
+    num_cpus: float = Field(0.1, ge=0, description="Logical CPUs per ingress replica.")
+    max_ongoing_requests: int = Field(1024, ge=1, description="Per-ingress concurrency cap.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Longest wait for a replica's "
+                                     "first answer (504 after).")
+
+
+class RegistryConfig(_Strict):
+    name: str = Field("", description="Detached registry actor name; default "
+                      "'<app name>-registry'.")
+    namespace: str = Field("granikv", description="Ray namespace of the registry actor.")
+    state_path: str | None = Field(None, description="JSON file the registry persists to, "
+                                   "so that it also survives its own restart.")
+
+
+class PlatformConfig(_Strict):
+    name: str = Field("granikv", description="Application name; prefixes deployment and "
+                      "registry names.")
+    model: ModelConfig
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig.model_validate({}))
+    replicas: ReplicaConfig = Field(default_factory=lambda: ReplicaConfig.model_validate({}))
+    ingress: IngressConfig = Field(default_factory=lambda: IngressConfig.model_validate({}))
+    registry: RegistryConfig = Field(default_factory=lambda: RegistryConfig.model_validate({}))
+    teams: list[TeamConfig] = Field(default_factory=list, description="Teams that get "
+                                    "/teams/{team}/... routes.")
+    extra_routers: list[str] = Field(default_factory=list, description="'module:factory' "
+                                     "paths; factory() -> fastapi.APIRouter, mounted at /.")
+    team_routers: list[str] = Field(default_factory=list, description="'module:factory' "
+                                    "paths; factory(team: TeamConfig) -> APIRouter, mounted "
+                                    "at /teams/{team} for each team.")
+
+    @field_validator("teams")
+    @classmethod
+    def _unique_teams(cls, v: list[TeamConfig]) -> list[TeamConfig]:
+        names = [t.name for t in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate teams {dup}")
+        return v
+
+    @field_validator("extra_routers", "team_routers")
+    @classmethod
+    def _import_paths(cls, v: list[str]) -> list[str]:
+        for path in v:
+            if path.count(":") != 1:
+                raise ValueError(f"router factory {path!r} must be 'module:function'")
+        return v
+
+    @property
+    def registry_name(self) -> str:
+        return self.registry.name or f"{self.name}-registry"
+
+    def team(self, name: str) -> TeamConfig | None:
+        return next((t for t in self.teams if t.name == name), None)
+
+    def engine_args(self) -> dict[str, Any]:
+        """Keyword arguments of vLLM's AsyncEngineArgs for one replica."""
+        e = self.engine
+        kw: dict[str, Any] = dict(e.engine_kwargs)
+        extra = dict(kw.pop("additional_config", None) or {})
+        extra["granikv"] = dict(e.granikv)
+        kw.update(model=self.model.source, served_model_name=[self.model.model_id],
+                  tensor_parallel_size=e.tensor_parallel_size, additional_config=extra)
+        if self.model.tokenizer:
+            kw["tokenizer"] = self.model.tokenizer
+        if e.accelerator == "gpu" and e.tensor_parallel_size > 1:
+            kw["distributed_executor_backend"] = "ray"  # workers go in the replica's PG
+        return kw
+
+
+@cache
+def engine_arg_names() -> frozenset[str]:
+    from vllm.engine.arg_utils import AsyncEngineArgs  # lazy: a heavy import
+
+    return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))

@@ -1,0 +1,63 @@
+"""FastAPI dependencies for routes on the ingress, including extra routers:
+
+    from granikv_platform.deps import Ing, RouteTeam
+    def runs_router(team: TeamConfig) -> APIRouter:    # a config.team_routers entry
+        r = APIRouter()
+        @r.post("/runs")                               # served at /teams/{team}/runs
+        async def start(team: RouteTeam, ing: Ing) -> dict: ...
+        return r
+
+Routers under /teams/{team} are mounted with ``enter_team``: before any of their routes
+runs, the caller is checked against the path's team (``identity.resolve_team``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import Depends, Request
+from ray import serve
+
+from granikv_platform.errors import ApiError
+from granikv_platform.identity import optional_team, required_team, resolve_team
+
+if TYPE_CHECKING:
+    from granikv_platform.ingress import Ingress
+
+
+def current_ingress() -> Ingress:
+    """The ingress object serving this request (its handle, hub and config)."""
+    return serve.get_replica_context().servable_object  # type: ignore[return-value]
+
+
+def enter_team(team: str) -> Callable[[Request], Awaitable[None]]:
+    """Router-level dependency of /teams/{team}: the caller must be that team."""
+
+    async def dep(request: Request) -> None:
+        request.state.granikv_team = resolve_team(request, path_team=team) or team
+
+    return dep
+
+
+async def route_team(request: Request) -> str:
+    """The team of the /teams/{team} route being served (checked by ``enter_team``)."""
+    team = getattr(request.state, "granikv_team", None)
+    if team is None:
+        raise RuntimeError("route_team is only for routers mounted under /teams/{team}")
+    return str(team)
+
+
+async def raw_body(request: Request) -> dict[str, Any]:
+    """The JSON body as sent (routes also declare its model, which validates it)."""
+    body = await request.json()
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+Ing = Annotated[Any, Depends(current_ingress)]  # Any: Ingress imports the routes
+RequiredTeam = Annotated[str, Depends(required_team)]
+OptionalTeam = Annotated[str | None, Depends(optional_team)]
+RouteTeam = Annotated[str, Depends(route_team)]
+RawBody = Annotated[dict[str, Any], Depends(raw_body)]

@@ -1,0 +1,149 @@
+"""EngineHost: one vLLM ``AsyncLLM`` with GraniKV, and vLLM's own OpenAI serving objects.
+
+This is the platform's vLLM adapter: chat and completions go through vLLM's
+``OpenAIServingChat`` / ``OpenAIServingCompletion`` (the same request validation, chat
+template rendering, ``vllm_xargs`` -> ``SamplingParams.extra_args``, SSE chunks as
+``vllm serve``), and prefix control through ``granikv_engine.vllm_plugin.client``.
+No Ray here; ``replica.py`` puts it in a Serve deployment.
+
+Answers cross the Ray boundary as plain items (``protocol.py``): ``{"json": body}``,
+``{"sse": "data: ...\\n\\n"}`` or ``{"error": {...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.datastructures import State
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.openai.api_server import init_app_state
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.cli_args import FrontendArgs
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+from vllm.entrypoints.openai.engine.protocol import ErrorResponse
+from vllm.entrypoints.serve.tokenize.protocol import TokenizeChatRequest
+from vllm.usage.usage_lib import UsageContext
+from vllm.v1.engine.async_llm import AsyncLLM
+
+from granikv_engine.vllm_plugin.client import acontrol, aregister
+from granikv_platform.engine_stats import ThroughputLogger
+from granikv_platform.protocol import Item, error_item, validation_message
+from granikv_platform.registry import PrefixSpec
+
+
+class EngineHost:
+    """Start with ``await EngineHost.start(engine_args)``; ``shutdown()`` stops it."""
+
+    def __init__(self, llm: AsyncLLM, state: State, throughput: ThroughputLogger) -> None:
+        self.llm = llm
+        self.state = state
+        self.throughput = throughput
+        self.max_model_len: int = llm.model_config.max_model_len
+        self.vocab_size: int = llm.model_config.get_vocab_size()
+
+    @classmethod
+    async def start(cls, engine_args: dict[str, Any], vllm_config: Any = None,
+                    reinit_seed: int | None = None) -> EngineHost:
+        """``vllm_config``: built elsewhere (on a GPU, see placement.py), else here."""
+        ea = AsyncEngineArgs(**engine_args)
+        if vllm_config is None:
+            vllm_config = make_vllm_config(engine_args)
+        throughput = ThroughputLogger(vllm_config)
+        llm = AsyncLLM.from_vllm_config(
+            vllm_config, usage_context=UsageContext.OPENAI_API_SERVER,
+            stat_loggers=[lambda _cfg, _idx: throughput],
+            disable_log_stats=ea.disable_log_stats)
+        if reinit_seed is not None:  # dummy weights: make outputs depend on the input
+            await llm.collective_rpc("granikv_reinit_weights", kwargs={"seed": reinit_seed})
+        state = State()
+        args = argparse.Namespace(**(vars(FrontendArgs()) | vars(ea)))
+        await init_app_state(llm, state, args,
+                             supported_tasks=await llm.get_supported_tasks())
+        return cls(llm, state, throughput)
+
+    def shutdown(self) -> None:
+        self.llm.shutdown()
+
+    async def check_health(self) -> None:
+        """Raises unless the engine core answers a round trip."""
+        await self.llm.check_health()
+        await acontrol(self.llm, "list", team="")
+
+    # ---- OpenAI -------------------------------------------------------------------
+    async def chat(self, body: dict[str, Any]) -> AsyncIterator[Item]:
+        try:
+            request = ChatCompletionRequest.model_validate(body)
+        except ValidationError as e:
+            yield error_item(422, validation_message(e))
+            return
+        out = await self.state.openai_serving_chat.create_chat_completion(request, None)
+        async for item in _items(out):
+            yield item
+
+    async def completions(self, body: dict[str, Any]) -> AsyncIterator[Item]:
+        try:
+            request = CompletionRequest.model_validate(body)
+        except ValidationError as e:
+            yield error_item(422, validation_message(e))
+            return
+        out = await self.state.openai_serving_completion.create_completion(request, None)
+        async for item in _items(out):
+            yield item
+
+    # ---- tokens -------------------------------------------------------------------
+    async def render_system(self, text: str) -> list[int]:
+        """Token ids of ``text`` as a lone system message through the chat template,
+        without a generation prompt: the exact head of every conversation that starts
+        with it (given a boundary-safe template)."""
+        req = TokenizeChatRequest(messages=[{"role": "system", "content": text}],
+                                  add_generation_prompt=False)
+        out = await self.state.serving_tokenization.create_tokenize(req, None)
+        if isinstance(out, ErrorResponse):
+            raise ValueError(out.error.message)
+        return list(out.tokens)
+
+    def tokenize(self, text: str) -> list[int]:
+        """As /v1/completions tokenizes a text prompt (with the tokenizer's BOS)."""
+        tokenizer = self.llm.renderer.tokenizer
+        if tokenizer is None:
+            raise ValueError("this engine runs without a tokenizer; send token_ids")
+        return list(tokenizer.encode(text, add_special_tokens=True))
+
+    # ---- prefixes -----------------------------------------------------------------
+    async def list_prefixes(self) -> list[dict[str, Any]]:
+        return list((await acontrol(self.llm, "list"))["prefixes"])
+
+    async def get_prefix(self, prefix_id: str, team: str) -> dict[str, Any]:
+        return await acontrol(self.llm, "get", prefix_id=prefix_id, team=team)
+
+    async def register(self, spec: PrefixSpec) -> dict[str, Any]:
+        return await aregister(self.llm, spec.team, spec.token_ids, spec.prefix_id, spec.pin)
+
+    async def unregister(self, prefix_id: str, team: str) -> dict[str, Any]:
+        return await acontrol(self.llm, "unregister", prefix_id=prefix_id, team=team)
+
+    async def set_pin(self, prefix_id: str, team: str, pin: bool) -> dict[str, Any]:
+        return await acontrol(self.llm, "pin" if pin else "unpin", prefix_id=prefix_id,
+                              team=team)
+
+    async def stats(self) -> dict[str, Any]:
+        return {"granikv": await acontrol(self.llm, "stats"),
+                "frontend": self.throughput.snapshot()}
+
+
+def make_vllm_config(engine_args: dict[str, Any]) -> Any:
+    ea = AsyncEngineArgs(**engine_args)
+    return ea.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+
+
+async def _items(out: Any) -> AsyncIterator[Item]:
+    if isinstance(out, ErrorResponse):
+        yield error_item(out.error.code, out.error.message, out.error.type)
+    elif hasattr(out, "__aiter__"):  # stream=True: SSE lines, "data: [DONE]" last
+        async for chunk in out:
+            yield {"sse": chunk}
+    else:
+        yield {"json": out.model_dump(mode="json")}

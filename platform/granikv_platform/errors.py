@@ -1,0 +1,64 @@
+"""HTTP errors of the platform, OpenAI-shaped: ``{"error": {"message", "type", "code"}}``.
+
+Handlers installed on the ingress app turn ``ApiError``, registry errors and request
+validation failures (422, one line per field) into that shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from granikv_engine.prefix_registry import PrefixError
+from granikv_platform.protocol import Item, error_item, prefix_error_item, wire_error
+
+logger = logging.getLogger("ray.serve")
+
+
+class ApiError(Exception):
+    """Raised by route code for a client error; ``status`` is the HTTP code."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(item: Item) -> JSONResponse:
+    status, body = wire_error(item)
+    return JSONResponse(body, status_code=status)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, e: ApiError) -> JSONResponse:
+        return error_response(error_item(e.status, e.message))
+
+    @app.exception_handler(PrefixError)
+    async def _prefix(_: Request, e: PrefixError) -> JSONResponse:
+        return error_response(prefix_error_item(e))
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, e: HTTPException) -> JSONResponse:  # 404 route, 405 ...
+        return error_response(error_item(e.status_code, str(e.detail)))
+
+    @app.exception_handler(TimeoutError)
+    async def _timeout(_: Request, e: TimeoutError) -> JSONResponse:
+        return error_response(error_item(504, "the model did not answer in time"))
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, e: Exception) -> JSONResponse:  # a bug or a dead replica
+        logger.exception("GraniKV ingress: unhandled error")
+        return error_response(error_item(500, f"internal error ({type(e).__name__})"))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            lines.append(f"{loc}: {err.get('msg', 'invalid')}")
+        return error_response(error_item(422, "; ".join(lines) or "invalid request"))

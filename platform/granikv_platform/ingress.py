@@ -1,0 +1,72 @@
+"""Ingress: the HTTP front of a GraniKV app (FastAPI through ``@serve.ingress``).
+
+The FastAPI app is built inside the ingress replica (``__serve_build_asgi_app__``) from
+the config, so per-team routes and extra routers (``config.extra_routers`` /
+``team_routers``, e.g. the agents' ``/teams/{team}/runs``) are imported there. Route
+functions reach this object through ``current_ingress`` (``deps.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from ray.serve.handle import DeploymentHandle
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from granikv_platform.app import create_app
+from granikv_platform.config import PlatformConfig
+from granikv_platform.errors import error_response
+from granikv_platform.hub import HubClient, hub_client
+from granikv_platform.protocol import Item, error_item, wire_error
+
+
+class Ingress:
+    def __init__(self, llm: DeploymentHandle, config: dict[str, Any]) -> None:
+        self.cfg = PlatformConfig.model_validate(config)
+        self.llm = llm
+        self._stream = llm.options(stream=True)
+        self.hub: HubClient = hub_client(self.cfg.registry_name, self.cfg.registry.namespace,
+                                         self.cfg.registry.state_path)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self.cfg)
+
+    async def call(self, method: str, *args: Any) -> Item:
+        """A unary LLMReplica method (Serve picks the replica)."""
+        async with asyncio.timeout(self.cfg.ingress.request_timeout_s):
+            return await getattr(self.llm, method).remote(*args)  # type: ignore[no-any-return]
+
+    async def openai(self, method: str, body: dict[str, Any]) -> Response:
+        """Run chat/completions on a replica: one JSON answer, or an SSE stream."""
+        gen = getattr(self._stream, method).remote(body)
+        try:
+            async with asyncio.timeout(self.cfg.ingress.request_timeout_s):
+                first: Item = await gen.__anext__()
+        except StopAsyncIteration:
+            return error_response(error_item(500, "the replica returned nothing"))
+        if "error" in first:
+            return error_response(first)
+        if "json" in first:
+            return JSONResponse(first["json"])
+        return StreamingResponse(_sse(first, gen), media_type="text/event-stream")
+
+    async def reports(self) -> dict[str, dict[str, Any]]:
+        """Latest stats of the live replicas (those that reported recently)."""
+        max_age = 3 * self.cfg.replicas.sync_period_s + 5.0
+        return await self.hub.live_reports(max_age)
+
+
+async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:
+    try:
+        yield first["sse"]
+        async for item in gen:
+            if "error" in item:  # after the first chunk the status is sent: report inline
+                yield f"data: {json.dumps(wire_error(item)[1])}\n\n"
+                return
+            yield item["sse"]
+    finally:
+        gen.cancel()  # a client that went away aborts the engine request

@@ -1,0 +1,73 @@
+"""Where an LLM replica runs: Serve deployment options from a PlatformConfig.
+
+- CPU: the replica actor reserves ``replicas.num_cpus`` (fractions let several engines
+  share a small machine); vLLM runs its engine core and worker as child processes.
+- GPU, TP 1: the replica actor takes one GPU; vLLM's worker sees it as a child process.
+- GPU, TP > 1: a placement group of TP bundles ``{"GPU": 1}``, PACK (one node when it
+  fits); the replica sits in bundle 0 without a GPU and vLLM's Ray executor
+  (``distributed_executor_backend="ray"``) starts one worker per bundle. The replica
+  process sees no GPU, so the vLLM config (which inspects the device) is built by a small
+  task inside bundle 0, as Ray Serve LLM does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from granikv_platform.config import PlatformConfig
+
+
+def uses_placement_group(cfg: PlatformConfig) -> bool:
+    return cfg.engine.accelerator == "gpu" and cfg.engine.tensor_parallel_size > 1
+
+
+def replica_options(cfg: PlatformConfig) -> dict[str, Any]:
+    """``serve.deployment`` options of the LLM replica deployment."""
+    r = cfg.replicas
+    actor: dict[str, Any] = {"num_cpus": r.num_cpus}
+    if r.runtime_env:
+        actor["runtime_env"] = dict(r.runtime_env)
+    opts: dict[str, Any] = {
+        "name": f"{cfg.name}-llm", "num_replicas": r.num_replicas,
+        "max_ongoing_requests": r.max_ongoing_requests,
+        "health_check_period_s": r.health_check_period_s,
+        "health_check_timeout_s": r.health_check_timeout_s,
+        "graceful_shutdown_wait_loop_s": r.graceful_shutdown_wait_loop_s,
+        "graceful_shutdown_timeout_s": r.graceful_shutdown_timeout_s,
+        "ray_actor_options": actor,
+    }
+    if cfg.engine.accelerator == "gpu" and not uses_placement_group(cfg):
+        actor["num_gpus"] = 1
+    if uses_placement_group(cfg):
+        tp = cfg.engine.tensor_parallel_size
+        opts["placement_group_bundles"] = [{"CPU": r.num_cpus, "GPU": 1}] + [
+            {"GPU": 1} for _ in range(tp - 1)]
+        opts["placement_group_strategy"] = "PACK"
+    return opts
+
+
+async def gpu_vllm_config(cfg: PlatformConfig, engine_args: dict[str, Any]) -> Any:
+    """The vLLM config for a TP > 1 replica (built in bundle 0, where a GPU is visible),
+    with the replica's placement group attached for vLLM's Ray executor; None when the
+    replica can build it itself."""
+    if not uses_placement_group(cfg):
+        return None
+    pg = ray.util.get_current_placement_group()
+    if pg is None:
+        raise RuntimeError("a TP > 1 replica must run in its placement group")
+    task = ray.remote(_make_config).options(
+        num_cpus=0, num_gpus=0.001,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_bundle_index=0))
+    vllm_config = await task.remote(engine_args)
+    vllm_config.parallel_config.placement_group = pg
+    return vllm_config
+
+
+def _make_config(engine_args: dict[str, Any]) -> Any:
+    from granikv_platform.engine import make_vllm_config
+
+    return make_vllm_config(engine_args)

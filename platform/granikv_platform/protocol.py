@@ -1,0 +1,48 @@
+"""What crosses the Ray boundary between the ingress and the LLM replicas.
+
+Replica methods answer with plain dicts, never raise for a client's mistake:
+- ``{"json": body}``: a whole JSON answer (non-streaming OpenAI response, a record);
+- ``{"sse": "data: {...}\\n\\n"}``: one server-sent event of a stream;
+- ``{"error": {"status", "type", "message"}}``: an HTTP error for the client.
+Errors are OpenAI-shaped on the wire: ``{"error": {"message", "type", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from granikv_engine.prefix_registry import PrefixError
+
+Item = dict[str, Any]
+
+_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+          404: "NotFoundError", 409: "ConflictError", 422: "UnprocessableEntityError",
+          500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+def error_item(status: int, message: str, type_: str | None = None) -> Item:
+    return {"error": {"status": int(status), "type": type_ or _TYPES.get(status, "Error"),
+                      "message": message}}
+
+
+def prefix_error_item(e: PrefixError) -> Item:
+    # PrefixNotFound is a KeyError, whose str() adds quotes: use the message itself.
+    return error_item(e.status, str(e.args[0]) if e.args else type(e).__name__)
+
+
+def validation_message(e: ValidationError) -> str:
+    """One line per problem: ``body.messages.0.role: Input should be ...``."""
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else err.get("msg", ""))
+    return "; ".join(parts) or str(e)
+
+
+def wire_error(item: Item) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, OpenAI-style body) of an error item."""
+    err = item["error"]
+    return err["status"], {"error": {"message": err["message"], "type": err["type"],
+                                     "code": err["status"]}}

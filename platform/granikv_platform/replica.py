@@ -1,0 +1,187 @@
+"""LLMReplica: the Serve deployment around one GraniKV engine (``EngineHost``).
+
+Start-up: engine, then the team contexts of the config seeded into the registry, then a
+full reconcile with the registry (a restarted replica re-pins every prefix here), then a
+background loop that reconciles and reports stats every ``sync_period_s``.
+The ingress calls the methods below through a DeploymentHandle; each answers with
+``protocol`` items. Serve drains a stopping replica (``graceful_shutdown_timeout_s``)
+before ``__del__`` shuts the engine down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ray import serve
+
+from granikv_engine.prefix_registry import PrefixError, default_prefix_id
+from granikv_platform.config import PlatformConfig
+from granikv_platform.engine import EngineHost
+from granikv_platform.hub import hub_client
+from granikv_platform.placement import gpu_vllm_config
+from granikv_platform.protocol import Item, error_item, prefix_error_item
+from granikv_platform.registry import PrefixSpec
+from granikv_platform.schemas import PrefixCreate, record_view
+from granikv_platform.sync import PrefixSync
+
+logger = logging.getLogger("ray.serve")
+
+
+class LLMReplica:
+    async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]
+        self.cfg = PlatformConfig.model_validate(config)
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
+        self.hub = hub_client(self.cfg.registry_name, self.cfg.registry.namespace,
+                              self.cfg.registry.state_path)
+        args = self.cfg.engine_args()
+        seed = self.cfg.engine.weight_seed if (
+            self.cfg.engine.dummy_weights and self.cfg.engine.reinit_dummy_weights) else None
+        self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed)
+        self.sync = PrefixSync(self.engine, self.hub)
+        self.inflight = 0
+        await self._seed_team_contexts()
+        await self.sync.reconcile(force=True)
+        await self._report()
+        self._loop = asyncio.create_task(self._background())
+        logger.info("GraniKV replica %s ready", self.replica_id)
+
+    # ---- OpenAI (body normalized by the ingress: vllm_xargs carry the caller's team) --
+    async def chat(self, body: dict[str, Any]) -> AsyncIterator[Item]:
+        async for item in self._serve(body, self.engine.chat):
+            yield item
+
+    async def completions(self, body: dict[str, Any]) -> AsyncIterator[Item]:
+        async for item in self._serve(body, self.engine.completions):
+            yield item
+
+    async def _serve(self, body: dict[str, Any], run: Any) -> AsyncIterator[Item]:
+        xargs = body.get("vllm_xargs") or {}
+        if "granikv_prefix_id" in xargs:
+            try:  # this replica holds the prefix before the request is admitted
+                await self.sync.ensure(xargs["granikv_team"], xargs["granikv_prefix_id"])
+            except PrefixError as e:
+                yield prefix_error_item(e)
+                return
+        self.inflight += 1
+        try:
+            async for item in run(body):
+                yield item
+        finally:
+            self.inflight -= 1
+
+    # ---- prefix API (scoped to the calling team) ------------------------------------
+    async def register_prefix(self, team: str, body: dict[str, Any]) -> Item:
+        req = PrefixCreate.model_validate(body)
+        tokens = req.token_ids
+        if tokens is None:
+            tokens = self.engine.tokenize(req.text or "")
+        bad = self._check_tokens(tokens)
+        if bad is not None:
+            return bad
+        spec = PrefixSpec(req.prefix_id or default_prefix_id(team, tokens), team,
+                          tuple(tokens), pin=req.pin)
+        try:
+            created = await self.sync.add(spec)
+            return {"json": await self._view(spec), "created": created}
+        except PrefixError as e:
+            return prefix_error_item(e)
+
+    async def get_prefix(self, team: str, prefix_id: str) -> Item:
+        try:
+            spec = await self.sync.ensure(team, prefix_id)
+            return {"json": await self._view(spec)}
+        except PrefixError as e:
+            return prefix_error_item(e)
+
+    async def list_prefixes(self, team: str) -> Item:
+        await self.sync.reconcile()  # answer from a replica that matches the registry
+        records = {r["prefix_id"]: r for r in await self.engine.list_prefixes()}
+        specs = await self.hub.list_specs(team)
+        return {"json": {"object": "list", "data": [
+            record_view(s, records.get(s.prefix_id, {})) for s in specs]}}
+
+    async def delete_prefix(self, team: str, prefix_id: str) -> Item:
+        try:
+            spec = await self.sync.remove(prefix_id, team)
+            return {"json": {"prefix_id": spec.prefix_id, "deleted": True}}
+        except PrefixError as e:
+            return prefix_error_item(e)
+
+    # ---- team contexts ------------------------------------------------------------
+    async def set_team_context(self, team: str, text: str, source: str = "api") -> Item:
+        tokens = await self.engine.render_system(text)
+        bad = self._check_tokens(tokens)
+        if bad is not None:
+            return bad
+        spec = PrefixSpec(f"{team}-context-{default_prefix_id(team, tokens)[-12:]}", team,
+                          tuple(tokens), pin=True, kind="context", text=text,
+                          source=source)  # type: ignore[arg-type]
+        await self.sync.set_context(spec)
+        return await self.get_team_context(team)
+
+    async def get_team_context(self, team: str) -> Item:
+        spec = await self.hub.context(team)
+        if spec is None:
+            return error_item(404, f"team {team!r} has no context; PUT /teams/{team}/context")
+        try:
+            await self.sync.ensure(team, spec.prefix_id)
+        except PrefixError as e:  # replaced meanwhile
+            return prefix_error_item(e)
+        return {"json": {**await self._view(spec), "text": spec.text}}
+
+    # ---- health, stats, shutdown --------------------------------------------------
+    async def check_health(self) -> None:
+        await self.engine.check_health()
+
+    async def stats(self) -> dict[str, Any]:
+        pinned = sum(1 for r in await self.engine.list_prefixes() if r["pinned"])
+        return {"replica": self.replica_id, "model": self.cfg.model.model_id,
+                "inflight": self.inflight, "pinned_prefixes": pinned,
+                "registry_version": self.sync.version, "sync_changes": self.sync.applied,
+                **await self.engine.stats()}
+
+    async def __del__(self) -> None:
+        self._loop.cancel()
+        try:
+            await self.hub.forget(self.replica_id)
+        finally:
+            self.engine.shutdown()
+
+    # ---- internals ----------------------------------------------------------------
+    async def _view(self, spec: PrefixSpec) -> dict[str, Any]:
+        rec = await self.engine.get_prefix(spec.prefix_id, spec.team)
+        return record_view(spec, rec)
+
+    def _check_tokens(self, tokens: list[int]) -> Item | None:
+        limit = self.engine.max_model_len
+        if not tokens or len(tokens) >= limit:
+            return error_item(400, f"a prefix needs 1 to {limit - 1} tokens (max_model_len "
+                              f"{limit} leaves room for the request's own); got {len(tokens)}")
+        vocab = self.engine.vocab_size
+        if any(t < 0 or t >= vocab for t in tokens):
+            return error_item(400, f"token ids must be in [0, {vocab})")
+        return None
+
+    async def _seed_team_contexts(self) -> None:
+        """Configured contexts go to the registry unless the API replaced them since."""
+        for team in self.cfg.teams:
+            if team.context is None:
+                continue
+            current = await self.hub.context(team.name)
+            if current is None or (current.source == "config" and current.text != team.context):
+                await self.set_team_context(team.name, team.context, source="config")
+
+    async def _background(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.replicas.sync_period_s)
+            try:
+                await self.sync.reconcile()
+                await self._report()
+            except Exception:  # keep syncing; the next round retries
+                logger.exception("GraniKV replica %s: sync failed", self.replica_id)
+
+    async def _report(self) -> None:
+        await self.hub.report(self.replica_id, await self.stats())

@@ -1,0 +1,40 @@
+"""OpenAI-compatible routes: vLLM's own request models validate the bodies (422 with
+one line per field); the raw JSON, scoped to the caller's team, goes to a replica."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import Response
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+from vllm.entrypoints.openai.engine.protocol import ModelCard, ModelList
+
+from granikv_platform.config import PlatformConfig
+from granikv_platform.deps import Ing, OptionalTeam, RawBody
+from granikv_platform.identity import bind_body
+
+
+def model_list(cfg: PlatformConfig) -> ModelList:
+    return ModelList(data=[ModelCard(
+        id=cfg.model.model_id, owned_by="granikv", root=cfg.model.source,
+        max_model_len=cfg.engine.engine_kwargs.get("max_model_len"))])
+
+
+def router(cfg: PlatformConfig) -> APIRouter:
+    r = APIRouter(tags=["openai"])
+
+    @r.get("/v1/models", response_model=ModelList)
+    async def models() -> ModelList:
+        return model_list(cfg)
+
+    @r.post("/v1/chat/completions")
+    async def chat(_: ChatCompletionRequest, body: RawBody, team: OptionalTeam,
+                   ing: Ing) -> Response:
+        return await ing.openai("chat", bind_body(body, team))  # type: ignore[no-any-return]
+
+    @r.post("/v1/completions")
+    async def completions(_: CompletionRequest, body: RawBody, team: OptionalTeam,
+                          ing: Ing) -> Response:
+        return await ing.openai("completions", bind_body(body, team))  # type: ignore[no-any-return]
+
+    return r

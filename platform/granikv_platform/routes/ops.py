@@ -1,0 +1,39 @@
+"""Operations: /metrics (Prometheus), /v1/granikv/stats (the same, as JSON), /teams,
+/healthz."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from granikv_platform import metrics
+from granikv_platform.config import PlatformConfig
+from granikv_platform.deps import Ing
+
+
+def router(cfg: PlatformConfig) -> APIRouter:
+    r = APIRouter(tags=["operations"])
+
+    @r.get("/metrics", response_class=Response)
+    async def prometheus(ing: Ing) -> Response:
+        return Response(metrics.render(await ing.reports()), media_type=metrics.CONTENT_TYPE)
+
+    @r.get("/v1/granikv/stats")
+    async def stats(ing: Ing) -> dict[str, Any]:
+        """Latest report of each live replica: engine (HOT/COLD, hits, dispatcher) and
+        front end (queue depth, tokens/s)."""
+        return {"model": cfg.model.model_id, "replicas": await ing.reports()}
+
+    @r.get("/teams")
+    async def teams() -> dict[str, Any]:
+        return {"object": "list", "data": [
+            {"team": t.name, "description": t.description, "base_url": f"/teams/{t.name}/v1"}
+            for t in cfg.teams]}
+
+    @r.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return r

@@ -1,0 +1,50 @@
+"""Prefix API, scoped to the calling team (``X-GraniKV-Team``).
+
+Another team's prefix id is 403 on every route (as in the engine's registry), an
+unknown one 404; a taken id with other tokens is 409.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from starlette.responses import JSONResponse
+
+from granikv_platform.deps import Ing, RequiredTeam
+from granikv_platform.errors import error_response
+from granikv_platform.protocol import Item
+from granikv_platform.schemas import PREFIX_ID_PATTERN, PrefixCreate, PrefixList, PrefixRecord
+
+PrefixId = Annotated[str, Path(pattern=PREFIX_ID_PATTERN,
+                               description="A prefix id of the calling team.")]
+
+
+def _answer(item: Item, status: int = 200) -> JSONResponse:
+    if "error" in item:
+        return error_response(item)
+    return JSONResponse(item["json"], status_code=status)
+
+
+def router() -> APIRouter:
+    r = APIRouter(prefix="/v1/prefixes", tags=["prefixes"])
+
+    @r.post("", status_code=201, response_model=PrefixRecord,
+            responses={200: {"description": "Already registered (same tokens)."}})
+    async def register(body: PrefixCreate, team: RequiredTeam, ing: Ing) -> JSONResponse:
+        item = await ing.call("register_prefix", team, body.model_dump())
+        return _answer(item, 201 if item.get("created") else 200)
+
+    @r.get("", response_model=PrefixList)
+    async def list_(team: RequiredTeam, ing: Ing) -> JSONResponse:
+        return _answer(await ing.call("list_prefixes", team))
+
+    @r.get("/{prefix_id}", response_model=PrefixRecord)
+    async def get(prefix_id: PrefixId, team: RequiredTeam, ing: Ing) -> JSONResponse:
+        return _answer(await ing.call("get_prefix", team, prefix_id))
+
+    @r.delete("/{prefix_id}")
+    async def delete(prefix_id: PrefixId, team: RequiredTeam, ing: Ing) -> JSONResponse:
+        return _answer(await ing.call("delete_prefix", team, prefix_id))
+
+    return r

@@ -1,0 +1,56 @@
+"""Routes of one configured team, mounted at /teams/{team}.
+
+``/teams/{team}/v1`` is an OpenAI root for that team's agents
+(``ChatOpenAI(base_url=f"{url}/teams/{team}/v1")``): every chat gets the team's
+context first, as a system message, and is bound to its HOT prefix. The context is
+registered as that system message rendered alone through the chat template, so the
+rendered conversation starts with exactly the prefix's tokens (a boundary-safe template
+ends every message with a special token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.responses import JSONResponse, Response
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.engine.protocol import ModelList
+
+from granikv_platform.config import PlatformConfig, TeamConfig
+from granikv_platform.deps import Ing, RawBody
+from granikv_platform.errors import error_response
+from granikv_platform.identity import bind_body
+from granikv_platform.routes.openai import model_list
+from granikv_platform.schemas import TeamContext, TeamContextIn
+
+
+def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
+    r = APIRouter(tags=[f"team {team.name}"])  # mounted with deps.enter_team(team)
+
+    @r.put("/context", response_model=TeamContext)
+    async def put_context(body: TeamContextIn, ing: Ing) -> JSONResponse:
+        return _answer(await ing.call("set_team_context", team.name, body.text))
+
+    @r.get("/context", response_model=TeamContext)
+    async def get_context(ing: Ing) -> JSONResponse:
+        return _answer(await ing.call("get_team_context", team.name))
+
+    @r.get("/v1/models", response_model=ModelList)
+    async def models() -> ModelList:
+        return model_list(cfg)
+
+    @r.post("/v1/chat/completions")
+    async def chat(_: ChatCompletionRequest, body: RawBody, ing: Ing) -> Response:
+        ctx = await ing.hub.context(team.name)
+        if ctx is None:  # no shared context yet: an ordinary chat, scoped to the team
+            return await ing.openai("chat", bind_body(body, team.name))  # type: ignore[no-any-return]
+        messages = [{"role": "system", "content": ctx.text}, *body["messages"]]
+        bound = bind_body({**body, "messages": messages}, team.name, ctx.prefix_id)
+        return await ing.openai("chat", bound)  # type: ignore[no-any-return]
+
+    return r
+
+
+def _answer(item: dict[str, Any]) -> JSONResponse:
+    return error_response(item) if "error" in item else JSONResponse(item["json"])

@@ -1,0 +1,125 @@
+"""PrefixSync: keep one engine's prefixes equal to the registry's desired state.
+
+- ``reconcile()`` runs every ``sync_period_s`` and at start-up: it registers what the
+  registry has and the engine lacks and unregisters what the registry dropped. This is
+  how a restarted replica re-pins its teams' prefixes, and how a registration made
+  through one replica reaches the others.
+- ``ensure(team, prefix_id)`` runs before every bound request: the registry is the
+  authority on ownership (404/403), and a prefix the engine lacks is registered before
+  the request is admitted. Whatever replica Serve picks therefore holds the prefix when
+  the request runs, so routing needs no team affinity.
+- ``add`` / ``remove`` / ``set_context`` change the registry and this engine together.
+One lock makes each of these atomic on a replica, so a reconcile that fetched an older
+snapshot never undoes a newer registration made through the same replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from granikv_platform.registry import PrefixSpec
+
+
+class Engine(Protocol):
+    async def list_prefixes(self) -> list[dict[str, Any]]: ...
+    async def register(self, spec: PrefixSpec) -> dict[str, Any]: ...
+    async def unregister(self, prefix_id: str, team: str) -> dict[str, Any]: ...
+    async def set_pin(self, prefix_id: str, team: str, pin: bool) -> dict[str, Any]: ...
+
+
+class Hub(Protocol):
+    async def get(self, prefix_id: str, team: str) -> PrefixSpec: ...
+    async def put(self, spec: PrefixSpec) -> tuple[PrefixSpec, bool]: ...
+    async def delete(self, prefix_id: str, team: str) -> PrefixSpec: ...
+    async def set_context(self, spec: PrefixSpec) -> str | None: ...
+    async def snapshot(self, known_version: int) -> tuple[int, list[PrefixSpec] | None]: ...
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    register: tuple[PrefixSpec, ...] = ()
+    unregister: tuple[tuple[str, str], ...] = ()  # (prefix id, team)
+    pins: tuple[PrefixSpec, ...] = ()  # held with the wrong pin state
+
+    @property
+    def empty(self) -> bool:
+        return not (self.register or self.unregister or self.pins)
+
+
+def plan(desired: Iterable[PrefixSpec], engine_records: Iterable[dict[str, Any]]) -> SyncPlan:
+    """What to change so that the engine holds exactly ``desired`` (id, team, tokens,
+    pin)."""
+    want = {s.prefix_id: s for s in desired}
+    have = {r["prefix_id"]: r for r in engine_records}
+
+    def same(pid: str) -> bool:
+        s, r = want[pid], have[pid]
+        return s.team == r["team"] and s.content_hash == r["content_hash"]
+
+    stale = tuple((pid, r["team"]) for pid, r in have.items() if pid not in want or not same(pid))
+    register = tuple(s for pid, s in want.items() if pid not in have or not same(pid))
+    pins = tuple(s for pid, s in want.items()
+                 if pid in have and same(pid) and bool(have[pid]["pinned"]) != s.pin)
+    return SyncPlan(register, stale, pins)
+
+
+class PrefixSync:
+    def __init__(self, engine: Engine, hub: Hub) -> None:
+        self.engine = engine
+        self.hub = hub
+        self.lock = asyncio.Lock()
+        self.version = -1  # registry version this engine last matched
+        self.applied = 0  # engine changes made (for stats)
+
+    async def reconcile(self, force: bool = False) -> SyncPlan:
+        async with self.lock:
+            version, specs = await self.hub.snapshot(-1 if force else self.version)
+            if specs is None:
+                return SyncPlan()
+            todo = plan(specs, await self.engine.list_prefixes())
+            await self._apply(todo)
+            self.version = version
+            return todo
+
+    async def ensure(self, team: str, prefix_id: str) -> PrefixSpec:
+        """Raises the registry's PrefixNotFound / PrefixAccessDenied."""
+        spec = await self.hub.get(prefix_id, team)
+        if not plan([spec], await self._records(prefix_id)).empty:
+            async with self.lock:  # re-plan under the lock: another task may have done it
+                await self._apply(plan([spec], await self._records(prefix_id)))
+        return spec
+
+    async def add(self, spec: PrefixSpec) -> bool:
+        """Registry first (it decides conflicts), then this engine. Returns created."""
+        async with self.lock:
+            spec, created = await self.hub.put(spec)
+            await self._apply(plan([spec], await self._records(spec.prefix_id)))
+            return created
+
+    async def remove(self, prefix_id: str, team: str) -> PrefixSpec:
+        async with self.lock:
+            spec = await self.hub.delete(prefix_id, team)
+            await self._apply(plan([], await self._records(prefix_id)))
+            return spec
+
+    async def set_context(self, spec: PrefixSpec) -> None:
+        async with self.lock:
+            old = await self.hub.set_context(spec)
+            ids = {spec.prefix_id, old} if old else {spec.prefix_id}
+            records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids]
+            await self._apply(plan([spec], records))
+
+    async def _records(self, prefix_id: str) -> list[dict[str, Any]]:
+        return [r for r in await self.engine.list_prefixes() if r["prefix_id"] == prefix_id]
+
+    async def _apply(self, todo: SyncPlan) -> None:
+        for pid, team in todo.unregister:
+            await self.engine.unregister(pid, team)
+        for spec in todo.register:
+            await self.engine.register(spec)
+        for spec in todo.pins:
+            await self.engine.set_pin(spec.prefix_id, spec.team, spec.pin)
+        self.applied += len(todo.register) + len(todo.unregister) + len(todo.pins)
