@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 
-class Backend(str, enum.Enum):
+class Backend(enum.StrEnum):
     CASCADE = "cascade"
     PAGED = "paged"
 
 
-class Regime(str, enum.Enum):
+class Regime(enum.StrEnum):
     COMPUTE = "compute"
     MEMORY = "memory"
     COMMUNICATION = "communication"

@@ -203,7 +203,7 @@ class HotPool:
         """
         moves: list[Move] = []
         cursor = self.start
-        for key, e in sorted(self._entries.items(), key=lambda kv: kv[1].range.start):
+        for e in sorted(self._entries.values(), key=lambda e: e.range.start):
             if e.refs == 0 and e.range.start > cursor:
                 moves.append(Move(e.range.start, cursor, e.range.length))
                 e.range = SlotRange(cursor, e.range.length)

@@ -8,6 +8,7 @@ prefix's HOT entry is keyed by its id.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import hashlib
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ class PrefixConflict(PrefixError, ValueError):
     status = 409
 
 
-class PrefixState(str, enum.Enum):
+class PrefixState(enum.StrEnum):
     FILLING = "filling"
     READY = "ready"
     COLD = "cold"  # not in the HOT pool: did not fit, or was evicted
@@ -245,10 +246,10 @@ class PrefixRegistry:
         if rec is not None:
             rec.hot, rec.state = None, PrefixState.COLD
 
-    def apply_compaction(self) -> list[tuple[int, int, int]]:
+    def apply_compaction(self) -> builtins.list[tuple[int, int, int]]:
         """Compact the pool and update the moved records' ranges."""
         moves = self.pool.compact()
         for rec in self._records.values():
             if rec.hot is not None and rec.prefix_id in self.pool:
                 rec.hot = self.pool.range_of(rec.prefix_id)
-        return [tuple(m) for m in moves]  # type: ignore[misc]
+        return [(m.src, m.dst, m.length) for m in moves]

@@ -33,7 +33,7 @@ def environment() -> dict[str, Any]:
         import flashinfer
 
         fi = flashinfer.__version__
-    except Exception:  # noqa: BLE001  (optional on CPU)
+    except Exception:  # optional on CPU
         fi = None
     return {"command": " ".join(sys.argv), "python": platform.python_version(),
             "gpu": gpu, "torch": torch.__version__, "vllm": vllm, "flashinfer": fi,

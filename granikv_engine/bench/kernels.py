@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from granikv_engine.bench.env import environment
-from granikv_engine.dispatcher import Backend
 from granikv_engine.vllm_plugin.kernels import fa3
 from granikv_engine.vllm_plugin.kernels.calibrate import synthetic_step, time_graph_us, time_us
 
@@ -49,35 +48,19 @@ def stock_block16(b: int, lp: int, s: int, h: int, hkv: int, d: int,
 
 
 def point(model: str, b: int, lp: int, s: int, dtype: torch.dtype) -> dict[str, Any]:
+    from granikv_engine.vllm_plugin.kernels.calibrate import measure
     from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
 
     h, hkv, d = SHAPES[model]
-    scale = d ** -0.5
-    q = torch.randn(b, h, d, dtype=dtype, device="cuda")
-    out = torch.empty_like(q)
-    k, v, table, seq, cu = stock_block16(b, lp, s, h, hkv, d, dtype)
     res: dict[str, Any] = {"model": model, "B": b, "Lp": lp, "S": s}
-
-    def stock() -> None:
-        fa3.paged(q, k, v, cu, seq, table, 1, lp + s, scale, out, want_lse=False)
-
-    res["stock_us"] = time_graph_us(stock)  # GPU time: graph replays, no launch overhead
-    res["stock_eager_us"] = time_us(stock)
-    del k, v
+    res.update(_stock(b, lp, s, h, hkv, d, dtype))
     plan, slots = synthetic_step(b, lp, 1, s, torch.device("cuda"))
-    kf = torch.randn(slots, hkv, d, dtype=dtype, device="cuda")
-    vf = torch.randn_like(kf)
-    ops = CudaOps()
-    for be in (Backend.CASCADE, Backend.PAGED):
-        kp = plan.lower([be])
-
-        def run(kp: Any = kp) -> None:
-            ops.forward(q, kf, vf, kp, scale, out)
-
-        res[f"granikv_{be.value}_us"] = time_graph_us(run)
-        res[f"granikv_{be.value}_eager_us"] = time_us(run)
-    kv_slot = hkv * d * 2 * q.element_size()
-    res["bytes_floor"] = (lp + b * s) * kv_slot + 2 * q.numel() * q.element_size()
+    t = measure(CudaOps(), plan, slots, b, h, hkv, d, dtype, torch.device("cuda"))
+    for be in ("cascade", "paged"):
+        res[f"granikv_{be}_us"], res[f"granikv_{be}_eager_us"] = t[be], t[be + "_eager"]
+    kv_slot = hkv * d * 2 * torch.tensor([], dtype=dtype).element_size()
+    q_bytes = b * h * d * torch.tensor([], dtype=dtype).element_size()
+    res["bytes_floor"] = (lp + b * s) * kv_slot + 2 * q_bytes
     res["bytes_stock"] = b * (lp + s) * kv_slot
     res["flops"] = 4 * b * h * (lp + s) * d
     res["floor_us"] = max(res["bytes_floor"] / BW, res["flops"] / FLOPS) * 1e6
@@ -85,8 +68,20 @@ def point(model: str, b: int, lp: int, s: int, dtype: torch.dtype) -> dict[str, 
     res["speedup"] = res["stock_us"] / best
     res["granikv_bw_tbs"] = res["bytes_floor"] / (best * 1e-6) / 1e12
     res["stock_bw_tbs"] = res["bytes_stock"] / (res["stock_us"] * 1e-6) / 1e12
-    del kf, vf
     return res
+
+
+def _stock(b: int, lp: int, s: int, h: int, hkv: int, d: int,
+           dtype: torch.dtype) -> dict[str, float]:
+    """FA3 paged decode at block 16, GPU time (graph replays) and eager time."""
+    q = torch.randn(b, h, d, dtype=dtype, device="cuda")
+    out = torch.empty_like(q)
+    k, v, table, seq, cu = stock_block16(b, lp, s, h, hkv, d, dtype)
+
+    def stock() -> None:
+        fa3.paged(q, k, v, cu, seq, table, 1, lp + s, d ** -0.5, out, want_lse=False)
+
+    return {"stock_us": time_graph_us(stock), "stock_eager_us": time_us(stock)}
 
 
 def main() -> None:

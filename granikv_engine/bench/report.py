@@ -42,8 +42,8 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
         def f(r: dict[str, Any] | None, key: str = "tok_s") -> str:
             return f"{r[key]:,.0f}" if r else "-"
 
-        def lat(key: str, scale: float) -> str:
-            vals = [r[key].get("p50") if r else None for r in (st, gk)]
+        def lat(key: str, scale: float, pair: tuple[Any, Any] = (st, gk)) -> str:
+            vals = [r[key].get("p50") if r else None for r in pair]
             return " / ".join(f"{v * scale:.2f}" if v is not None else "-" for v in vals)
 
         w = WORKLOADS[name]

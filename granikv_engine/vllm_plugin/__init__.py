@@ -35,7 +35,7 @@ def _hook_model_runner() -> None:
     the GraniKV builders the host block table, so building a step never syncs the GPU."""
     try:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    except Exception as e:  # noqa: BLE001  (the builder falls back to the call stack)
+    except Exception as e:  # the builder falls back to the call stack
         from vllm.logger import init_logger
 
         init_logger(__name__).warning("GraniKV: model-runner hook not installed (%s: %s)",
@@ -52,8 +52,8 @@ def _hook_model_runner() -> None:
 
         bind_host_block_tables(self)
 
-    GPUModelRunner.initialize_kv_cache = initialize_kv_cache
-    GPUModelRunner._granikv_hooked = True
+    GPUModelRunner.initialize_kv_cache = initialize_kv_cache  # type: ignore[method-assign]
+    GPUModelRunner._granikv_hooked = True  # type: ignore[attr-defined]
 
 
 def _hook_platform(platform_cls: Any) -> None:

@@ -13,6 +13,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,6 +25,7 @@ from vllm.v1.attention.backend import (
     AttentionCGSupport,
     AttentionImpl,
     AttentionLayer,
+    AttentionMetadata,
     AttentionMetadataBuilder,
     AttentionType,
     CommonAttentionMetadata,
@@ -73,7 +75,7 @@ class GraniKVAttentionBackend(AttentionBackend):
 
 
 @dataclass
-class GraniKVMetadata:
+class GraniKVMetadata(AttentionMetadata):
     num_actual_tokens: int
     slot_mapping: torch.Tensor  # [num_actual_tokens] int64 slot ids (-1 = padding)
     plan: KernelPlan
@@ -175,7 +177,7 @@ def bind_host_block_tables(runner: Any) -> int:
 def bind_from_caller(builder: GraniKVMetadataBuilder, depth: int = 12) -> bool:
     """Fallback when the model-runner hook could not be installed: the runner that calls
     ``build`` is on the stack; bind its host block tables (once, at the first step)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(depth):
         if frame is None:
             break
@@ -192,7 +194,11 @@ def bind_from_caller(builder: GraniKVMetadataBuilder, depth: int = 12) -> bool:
 
 def _host_table(ref: weakref.ReferenceType[Any], gid: int) -> Callable[[], torch.Tensor]:
     def get() -> torch.Tensor:
-        return ref().input_batch.block_table.block_tables[gid].get_cpu_tensor()
+        runner = ref()
+        if runner is None:
+            raise RuntimeError("the model runner is gone")
+        table: torch.Tensor = runner.input_batch.block_table.block_tables[gid].get_cpu_tensor()
+        return table
 
     return get
 

@@ -96,7 +96,7 @@ class GraniKVCacheManager(KVCacheManager):
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
         _patch_touch(me.block_pool)
         for single in me.coordinator.single_type_managers:
-            single._get_num_evictable_blocks = _evictable_counter(arena)
+            single._get_num_evictable_blocks = _evictable_counter(arena)  # type: ignore[method-assign]
         return me
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:

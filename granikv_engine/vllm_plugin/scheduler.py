@@ -114,8 +114,8 @@ class GraniKVSchedulerMixin:
                 # READY when first scheduled, else by the stock path.
                 return Intent(rec.prefix_id, fill=False)
             if self.gk_cfg.prompt_match:
-                rec = self.registry.match(team, prompt)
-                return Intent(rec.prefix_id, fill=False) if rec else None
+                match = self.registry.match(team, prompt)
+                return Intent(match.prefix_id, fill=False) if match else None
         except (PrefixError, ValueError) as e:
             self.gk_events["bind_errors"] += 1
             logger.warning("GraniKV: request %s served without HOT binding: %s",
@@ -163,7 +163,7 @@ class GraniKVSchedulerMixin:
     def _publish_seeds(self) -> None:
         if self.hasher is None:
             return
-        seeds = [Seed(r.prefix_id, r.team, list(r.tokens), r.meta["block_hashes"])
+        seeds = [Seed(r.prefix_id, r.team, list(r.tokens), list(r.meta["block_hashes"]))  # type: ignore[call-overload]
                  for r in self.registry.list()
                  if r.state is PrefixState.READY and "block_hashes" in r.meta]
         self.hasher.publish(SeedTable.build(seeds))  # type: ignore[arg-type]

@@ -74,6 +74,27 @@ def time_us(fn: Callable[[], None], reps: int = 5, warmup: int = 2) -> float:
     return statistics.median(times)
 
 
+def measure(ops: Any, plan: StepPlan, slots: int, num_queries: int, num_heads: int,
+            num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
+            ) -> dict[str, float]:
+    """GPU and eager times (us) of both backends on one synthetic step."""
+    k = torch.randn(slots, num_kv_heads, head_dim, dtype=dtype, device=device)
+    v = torch.randn_like(k)
+    x = torch.randn(num_queries, num_heads, head_dim, dtype=dtype, device=device)
+    out = torch.empty_like(x)
+    scale = head_dim ** -0.5
+    res: dict[str, float] = {}
+    for be in (Backend.CASCADE, Backend.PAGED):
+        kp: KernelPlan = plan.lower([be])
+
+        def run(kp: KernelPlan = kp) -> None:
+            ops.forward(x, k, v, kp, scale, out)
+
+        res[be.value] = time_graph_us(run)  # GPU time: what a group adds to a step
+        res[be.value + "_eager"] = time_us(run)  # with this process's launch overhead
+    return res
+
+
 def calibrate(ops: Any, num_heads: int, num_kv_heads: int, head_dim: int,
               dtype: torch.dtype, device: torch.device, rows: Sequence[int] = ROWS,
               hot: Sequence[int] = HOT, queries: Sequence[int] = QUERIES,
@@ -87,24 +108,11 @@ def calibrate(ops: Any, num_heads: int, num_kv_heads: int, head_dim: int,
                 if time.perf_counter() - t0 > budget_s or r * q > 16384:
                     continue
                 plan, slots = synthetic_step(r, lp, q, SUFFIX, device)
-                k = torch.randn(slots, num_kv_heads, head_dim, dtype=dtype, device=device)
-                v = torch.randn_like(k)
-                x = torch.randn(r * q, num_heads, head_dim, dtype=dtype, device=device)
-                out = torch.empty_like(x)
-                scale = head_dim ** -0.5
-                us, eager = {}, {}
-                for be in (Backend.CASCADE, Backend.PAGED):
-                    kp: KernelPlan = plan.lower([be])
-
-                    def run(kp: KernelPlan = kp) -> None:
-                        ops.forward(x, k, v, kp, scale, out)
-
-                    us[be] = time_graph_us(run)  # GPU time: what a group adds to a step
-                    eager[be] = time_us(run)  # with this process's launch overhead
-                pts.append(CalibrationPoint(r, lp, q, us[Backend.CASCADE], us[Backend.PAGED]))
-                overheads.append((eager[Backend.CASCADE] - us[Backend.CASCADE])
-                                 - (eager[Backend.PAGED] - us[Backend.PAGED]))
-                del k, v, x, out
+                t = measure(ops, plan, slots, r * q, num_heads, num_kv_heads, head_dim,
+                            dtype, device)
+                pts.append(CalibrationPoint(r, lp, q, t["cascade"], t["paged"]))
+                overheads.append((t["cascade_eager"] - t["cascade"])
+                                 - (t["paged_eager"] - t["paged"]))
     torch.cuda.synchronize()
     meta = {"gpu": torch.cuda.get_device_name(device), "heads": num_heads,
             "kv_heads": num_kv_heads, "head_dim": head_dim, "dtype": str(dtype),
