@@ -20,7 +20,6 @@ from typing import Any
 
 from granikv_engine.bench.env import environment
 from granikv_engine.bench.workloads import (
-    OUTPUT,
     WORKLOADS,
     Workload,
     prefixes,
@@ -109,7 +108,7 @@ def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
     from granikv_engine.vllm_plugin.client import bind_args, control, register
 
     gk = engine.startswith("granikv")
-    out_tokens = scaled(OUTPUT, scale)
+    out_tokens = scaled(w.output, scale)
     pid = w.name.replace("W2", "W1")  # W2 reuses W1's team and prefix
     t0 = time.perf_counter()
     for t, p in enumerate(prefixes(w, vocab, scale)):  # stock: cache it; GraniKV: pin it

@@ -21,10 +21,12 @@ class Workload:
     agents: int
     stock_ref_tok_s: float  # stock vLLM 0.26 as measured in DESIGN.md
     target_x: float
+    suffix: int = SUFFIX
+    output: int = OUTPUT
 
     @property
     def max_len(self) -> int:
-        return max(self.prefix_lens) + SUFFIX + OUTPUT
+        return max(self.prefix_lens) + self.suffix + self.output
 
 
 WORKLOADS = {w.name: w for w in (
@@ -66,5 +68,5 @@ def requests(w: Workload, vocab: int, scale: float = 1.0,
     for i in range(w.agents):
         t = i % len(pre)
         rng = random.Random(f"{w.name}-agent-{i}{salt}")
-        out.append((t, pre[t] + [_token(rng, vocab) for _ in range(scaled(SUFFIX, scale))]))
+        out.append((t, pre[t] + [_token(rng, vocab) for _ in range(scaled(w.suffix, scale))]))
     return out

@@ -41,14 +41,12 @@ class HotBlocks(KVCacheBlocks):
     """A request's blocks whose first ``hot_len`` are the HOT range from ``hot_start``:
     their ids come from a ``range``, not from 16K block objects, one at a time."""
 
-    hot_start: int = 0
-    hot_len: int = 0
+    hot_ids: list[int] = []  # the HOT range's ids, built once per prefix (shared, read-only)
 
     def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...]:
         (blocks,) = self.blocks
-        ids = list(range(self.hot_start, self.hot_start + self.hot_len))
-        ids.extend(b.block_id for b in blocks[self.hot_len:])
-        return (ids,)
+        n = len(self.hot_ids)
+        return (self.hot_ids + [b.block_id for b in blocks[n:]],)
 
 
 @dataclass(frozen=True)
@@ -82,6 +80,8 @@ class GraniKVCacheManager(KVCacheManager):
     intents: dict[str, Intent]
     held: dict[str, Held]
     hot_counters: HotCounters
+    _hot_ids_key: tuple[int, int]
+    _hot_ids: list[int]
 
     @classmethod
     def adopt(cls, manager: KVCacheManager, registry: PrefixRegistry,
@@ -94,6 +94,7 @@ class GraniKVCacheManager(KVCacheManager):
         me: GraniKVCacheManager = manager  # type: ignore[assignment]
         me.registry, me.arena = registry, arena
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
+        me._hot_ids_key, me._hot_ids = (0, 0), []
         _patch_touch(me.block_pool)
         for single in me.coordinator.single_type_managers:
             single._get_num_evictable_blocks = _evictable_counter(arena)  # type: ignore[method-assign]
@@ -105,7 +106,11 @@ class GraniKVCacheManager(KVCacheManager):
         if held is None or not blocks or blocks[0].block_id != held.start:
             return super().get_blocks(request_id)
         out = HotBlocks((blocks,))
-        out.hot_start, out.hot_len = held.start, held.hot_len
+        key = (held.start, held.hot_len)
+        if self._hot_ids_key != key:  # requests of one prefix arrive together
+            self._hot_ids_key, self._hot_ids = key, list(range(held.start,
+                                                               held.start + held.hot_len))
+        out.hot_ids = self._hot_ids
         return out
 
     # ---- lookups --------------------------------------------------------------------
@@ -181,6 +186,21 @@ class GraniKVCacheManager(KVCacheManager):
         if not held.fill:
             self.registry.release(held.prefix_id)
         return blocks
+
+    def estimate_cached_tokens(self, request: Request) -> int:
+        """Prefill statistics: the HOT prefix counts as cached; only the COLD blocks after
+        it are looked at (stock walks every block: 16K a request on a 16K prefix)."""
+        held = self.held.get(request.request_id)
+        if held is None:
+            return super().estimate_cached_tokens(request)
+        (blocks,) = self.coordinator.get_blocks(request.request_id)
+        tail = max((b.block_hash_num_tokens or 0 for b in blocks[held.hot_len:]), default=0)
+        return max(held.hot_len, tail)
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        """Only vLLM's own batch-global cascade reads this, and GraniKV turns it off;
+        the stock scan walks the first running request's blocks every step."""
+        return [0] * self.num_kv_cache_groups
 
     def forget(self, request_id: str) -> None:
         self.intents.pop(request_id, None)
