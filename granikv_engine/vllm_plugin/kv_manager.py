@@ -41,12 +41,12 @@ class HotBlocks(KVCacheBlocks):
     """A request's blocks whose first ``hot_len`` are the HOT range from ``hot_start``:
     their ids come from a ``range``, not from 16K block objects, one at a time."""
 
-    hot_ids: list[int] = []  # the HOT range's ids, built once per prefix (shared, read-only)
+    hot_ids: tuple[int, ...] | list[int] = ()  # built once per prefix, shared, read-only
 
     def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...]:
         (blocks,) = self.blocks
         n = len(self.hot_ids)
-        return (self.hot_ids + [b.block_id for b in blocks[n:]],)
+        return (list(self.hot_ids) + [b.block_id for b in blocks[n:]],)
 
 
 @dataclass(frozen=True)
