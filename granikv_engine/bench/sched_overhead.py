@@ -65,8 +65,8 @@ def main() -> None:
                              check=True).stdout
         rows.append(json.loads(next(x for x in out.splitlines()
                                     if x.startswith("RESULT "))[7:]))
-    doc: dict[str, Any] = {"bench": "cpu-scheduler", "workload": WORKLOAD.__dict__, "env": environment(),
-           "results": rows}
+    doc: dict[str, Any] = {"bench": "cpu-scheduler", "workload": WORKLOAD.__dict__,
+                           "env": environment(), "results": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu-scheduler.json").write_text(json.dumps(doc, indent=1))
     lines = ["| engine | steps | schedule() ms/step | update_from_output() ms/step | "
