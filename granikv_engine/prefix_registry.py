@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from granikv_engine.hot_pool import AllocResult, HotPool, SlotRange
+from granikv_engine.hot_pool import AllocResult, HotPool, Move, SlotRange
 
 
 class PrefixError(Exception):
@@ -74,11 +74,14 @@ class PrefixRecord:
 class PrefixRegistry:
     """Registration, lookup (by id or by prompt), team scoping and HOT lifecycle."""
 
-    def __init__(self, pool: HotPool) -> None:
+    def __init__(self, pool: HotPool, compact: bool = True) -> None:
         self.pool = pool
+        self.compact = compact  # compact a fragmented arena instead of falling back to COLD
         self._records: dict[str, PrefixRecord] = {}
         self.evictions = 0
         self.cold_registrations = 0
+        self.compactions = 0
+        self._moves: list[Move] = []  # K/V copies the engine still has to apply
 
     # ---- registration -------------------------------------------------------------
     def register(self, team: str, tokens: Sequence[int], prefix_id: str | None = None,
@@ -218,8 +221,18 @@ class PrefixRegistry:
             self.pin(rec.prefix_id, team)
         return rec
 
+    def take_moves(self) -> builtins.list[Move]:
+        """Slot moves from compactions, in order; the engine copies the K/V before the
+        next forward pass reads any slot."""
+        moves, self._moves = self._moves, []
+        return moves
+
     def _place(self, rec: PrefixRecord, pin: bool) -> AllocResult:
         res = self.pool.allocate(rec.prefix_id, rec.length)
+        if not res.ok and res.reason == "fragmented" and self.compact:
+            self._moves.extend(self.apply_compaction())
+            self.compactions += 1
+            res = self.pool.allocate(rec.prefix_id, rec.length)
         for victim in res.evicted:
             self._on_evicted(str(victim))
         if res.ok:
@@ -246,10 +259,11 @@ class PrefixRegistry:
         if rec is not None:
             rec.hot, rec.state = None, PrefixState.COLD
 
-    def apply_compaction(self) -> builtins.list[tuple[int, int, int]]:
-        """Compact the pool and update the moved records' ranges."""
+    def apply_compaction(self) -> builtins.list[Move]:
+        """Compact the pool (only unreferenced prefixes move) and update the moved
+        records' ranges."""
         moves = self.pool.compact()
         for rec in self._records.values():
             if rec.hot is not None and rec.prefix_id in self.pool:
                 rec.hot = self.pool.range_of(rec.prefix_id)
-        return [(m.src, m.dst, m.length) for m in moves]
+        return moves

@@ -69,6 +69,7 @@ class Control:
             "hits": dataclasses.asdict(gk.hot_counters),
             "events": dict(s.gk_events),
             "evictions": s.registry.evictions,
+            "compactions": s.registry.compactions,
             "cold_registrations": s.registry.cold_registrations,
             "seeded_hash_tokens": s.hasher.seeded_tokens if s.hasher else 0,
             "scheduler": s.step_stats.snapshot(),

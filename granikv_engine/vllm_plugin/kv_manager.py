@@ -22,7 +22,7 @@ from typing import Any
 from vllm.logger import init_logger
 from vllm.v1.core.block_pool import BlockHashToBlockMap
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
-from vllm.v1.core.kv_cache_utils import KVCacheBlock
+from vllm.v1.core.kv_cache_utils import KVCacheBlock, KVCacheBlockCopy
 from vllm.v1.request import Request
 
 from granikv_engine.hot_pool import SlotRange
@@ -201,6 +201,15 @@ class GraniKVCacheManager(KVCacheManager):
         """Only vLLM's own batch-global cascade reads this, and GraniKV turns it off;
         the stock scan walks the first running request's blocks every step."""
         return [0] * self.num_kv_cache_groups
+
+    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[KVCacheBlock]]:
+        """vLLM's copy-on-write channel also carries HOT compactions: the worker copies
+        every (src, dst) block pair, all sources read before any write, before the
+        step's forward pass. Moved prefixes are unreferenced, so nothing reads them."""
+        copies, retained = super().take_kv_cache_block_copies()
+        for m in self.registry.take_moves():
+            copies.extend(KVCacheBlockCopy(m.src + i, m.dst + i) for i in range(m.length))
+        return copies, retained
 
     def forget(self, request_id: str) -> None:
         self.intents.pop(request_id, None)

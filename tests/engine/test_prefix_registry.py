@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from granikv_engine.hot_pool import HotPool, SlotRange
+from granikv_engine.hot_pool import HotPool, Move, SlotRange
 from granikv_engine.prefix_registry import (
     PrefixAccessDenied,
     PrefixConflict,
@@ -150,3 +150,32 @@ def test_registry_never_loses_or_overlaps_slots(ops: list[tuple[str, int, int]])
             if n_held:
                 assert pid in reg.pool
         assert reg.pool.stats().used == sum(reg.pool.range_of(k).length for k in reg.pool.keys())
+
+
+def test_fragmented_registration_compacts_and_keeps_content() -> None:
+    import torch
+
+    reg = make(cap=600)
+    kv = torch.full((601,), -1, dtype=torch.int64)  # slot -> the prefix's index (fake K/V)
+    for i, (pid, n) in enumerate([("a", 200), ("b", 200), ("c", 150)]):
+        rec = reg.register("t", list(range(i * 1000, i * 1000 + n)), prefix_id=pid)
+        reg.mark_ready(pid)
+        kv[rec.hot.start:rec.hot.end] = i  # type: ignore[union-attr]
+    reg.acquire("c")  # c is being read: it must not move
+    reg.unregister("a", "t")  # a 200-slot hole at the start, 50 free at the end
+    d = reg.register("t", list(range(9000, 9240)), prefix_id="d")
+    assert d.state is PrefixState.COLD and reg.compactions == 1  # b moved, still no room
+    first = reg.take_moves()
+    assert first == [Move(201, 1, 200)]
+    reg.release("c")
+    d = reg.register("t", list(range(9000, 9240)), prefix_id="d")
+    assert d.state is PrefixState.FILLING and d.hot == SlotRange(351, 240)
+    second = reg.take_moves()
+    assert second == [Move(401, 201, 150)] and reg.compactions == 2
+    for moves in (first, second):  # as vLLM's worker does: one gather, then one scatter
+        src = torch.cat([torch.arange(m.src, m.src + m.length) for m in moves])
+        dst = torch.cat([torch.arange(m.dst, m.dst + m.length) for m in moves])
+        kv[dst] = kv[src]
+    for i, pid in ((1, "b"), (2, "c")):
+        r = reg.get(pid, "t").hot
+        assert bool((kv[r.start:r.end] == i).all())  # type: ignore[union-attr]
