@@ -43,16 +43,17 @@ def create_app(cfg: PlatformConfig) -> FastAPI:
 
 
 def _factory(path: str) -> Callable[[], APIRouter]:
-    return _load(path)  # type: ignore[no-any-return]
+    return load_object(path, "router factory")  # type: ignore[no-any-return]
 
 
 def _team_factory(path: str) -> Callable[[TeamConfig], APIRouter]:
-    return _load(path)  # type: ignore[no-any-return]
+    return load_object(path, "router factory")  # type: ignore[no-any-return]
 
 
-def _load(path: str) -> Any:
+def load_object(path: str, what: str = "object") -> Any:
+    """The object a 'module:name' path names (router factories, service classes)."""
     module, _, name = path.partition(":")
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"cannot load router factory {path!r}: {e}") from e
+        raise ValueError(f"cannot load {what} {path!r}: {e}") from e

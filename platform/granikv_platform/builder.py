@@ -2,8 +2,10 @@
 
 ``serve deploy deploy/serve_config.yaml`` imports ``granikv_platform.builder:build_app``
 and calls it with each application's ``args``; ``serve.run(build_app(args))`` does the
-same from Python. The application is two deployments: the LLM replicas (one GraniKV
-engine each, see ``placement.py``) and the HTTP ingress in front of them.
+same from Python. The application is the LLM replicas (one GraniKV engine each, see
+``placement.py``), the HTTP ingress in front of them, and the ``config.services`` (small
+deployments with a handle to the LLM replicas, that the ingress reaches by name, e.g.
+the agents' run executor).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 from ray import serve
 from ray.serve.deployment import Application
 
-from granikv_platform.config import PlatformConfig
+from granikv_platform.app import load_object
+from granikv_platform.config import PlatformConfig, ServiceConfig
 from granikv_platform.ingress import Ingress
 from granikv_platform.placement import replica_options
 from granikv_platform.replica import LLMReplica
@@ -28,4 +31,18 @@ def build_app(args: dict[str, Any] | PlatformConfig) -> Application:
         name=f"{cfg.name}-ingress", num_replicas=ing.num_replicas,
         max_ongoing_requests=ing.max_ongoing_requests,
         ray_actor_options={"num_cpus": ing.num_cpus})(serve.ingress()(Ingress))
-    return ingress.bind(llm, data)
+    services = {s.name: _service(cfg, s, llm, data) for s in cfg.services}
+    return ingress.bind(llm, data, services)
+
+
+def _service(cfg: PlatformConfig, svc: ServiceConfig, llm: Application,
+             data: dict[str, Any]) -> Application:
+    cls = load_object(svc.cls)
+    check = getattr(cls, "validate_options", None)
+    if check is not None:
+        check(svc.options)  # a bad option fails here, before anything starts
+    return serve.deployment(
+        name=f"{cfg.name}-{svc.name}", num_replicas=svc.num_replicas,
+        max_ongoing_requests=svc.max_ongoing_requests,
+        graceful_shutdown_timeout_s=svc.graceful_shutdown_timeout_s,
+        ray_actor_options={"num_cpus": svc.num_cpus})(cls).bind(llm, data, svc.options)

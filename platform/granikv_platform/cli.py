@@ -1,7 +1,8 @@
 """``granikv`` command line (``python -m granikv_platform.cli``).
 
-    run       start local Ray + the Serve app(s) of a config (deploy/local.yaml), register
-              the example team's context, run its agents, print the answers and the
+    run       start local Ray + the Serve app(s) of a config (deploy/local.yaml), run the
+              example agent team (deploy/teams/review.yaml) through the app's
+              /teams/{team}/runs, print its context pin, the agents' answers and the
               GraniKV statistics, then keep serving until Ctrl-C (--once: exit)
     validate  build the Serve applications of a config file (or a RayService manifest)
 """
@@ -19,15 +20,16 @@ from granikv_platform.env import REPO_ROOT, PlatformEnv
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="GraniKV platform: serve GraniKV-enabled vLLM on Ray Serve.")
 ENV = PlatformEnv.from_environ()
-EXAMPLE_CONTEXT = REPO_ROOT / "deploy" / "contexts" / "red.md"
+EXAMPLE_TEAM = REPO_ROOT / "deploy" / "teams" / "review.yaml"
 
 
 @app.command()
 def run(
     config: Annotated[Path, typer.Option(help="Serve config file to run.")] = ENV.config_path,
-    team: Annotated[str, typer.Option(help="Example team whose agents run.")] = "red",
-    context: Annotated[Path, typer.Option(help="The team's shared context.")] = EXAMPLE_CONTEXT,
-    max_tokens: Annotated[int, typer.Option(help="Tokens per agent answer.")] = 32,
+    spec: Annotated[Path, typer.Option(help="Team spec to run (its team must be one of "
+                                       "the config's).")] = EXAMPLE_TEAM,
+    max_tokens: Annotated[int | None, typer.Option(help="Cap every agent's answer "
+                                                   "(default: the spec's).")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (default: the config's).")
                     ] = ENV.http_port,
     once: Annotated[bool, typer.Option("--once", "--no-serve",
@@ -35,10 +37,12 @@ def run(
     verbose: Annotated[bool, typer.Option(help="Stream the replicas' logs here.")] = False,
 ) -> None:
     """Start the app locally, run the example team, print answers and statistics."""
+    from granikv_agents.spec_file import load_spec  # the agents' spec files (YAML edge)
     from granikv_platform import local
     from granikv_platform.demo import run_demo
     from granikv_platform.loader import load_serve_config
 
+    team_spec = load_spec(spec).model_dump(mode="json")
     serve_file = load_serve_config(config)
     http = serve_file.http_options
     host = ENV.http_host or http.get("host", "127.0.0.1")
@@ -52,12 +56,13 @@ def run(
         typer.echo(f"serving at {root} (up in {time.monotonic() - t0:.0f} s)")
         if any(a.config.engine.dummy_weights for a in serve_file.apps):
             typer.echo("(random dummy weights: the answers are noise; the numbers are the point)")
-        report = run_demo(root, team, context, max_tokens, echo=typer.echo)
+        report = run_demo(root, team_spec, max_tokens, echo=typer.echo)
         totals = report.totals()
         typer.echo(f"totals: {totals['hits']} HOT hits, {totals['bind_errors']} bind errors")
         if not once:
             typer.echo(f"\nserving at {root}  (OpenAI root {root}/v1, team roots "
-                       f"{root}/teams/<team>/v1, metrics {root}/metrics); Ctrl-C to stop")
+                       f"{root}/teams/<team>/v1, team runs {root}/teams/<team>/runs, "
+                       f"metrics {root}/metrics); Ctrl-C to stop")
             _wait_forever()
     finally:
         local.stop()

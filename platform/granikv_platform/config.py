@@ -176,6 +176,36 @@ class RegistryConfig(_Strict):
                                    "so that it also survives its own restart.")
 
 
+class ServiceConfig(_Strict):
+    """A small deployment next to the LLM replicas (e.g. the agents' run executor)."""
+
+    name: str = Field(description="Its key in ``Ingress.services`` (routes find it there); "
+                      "the deployment is '<app>-<name>'.")
+    cls: str = Field(description="'module:Class', constructed as Class(llm_handle, "
+                     "config, options); Ray-free: the platform makes it a deployment.")
+    num_replicas: int = Field(1, ge=1, description="1 for a service that owns a file.")
+    num_cpus: float = Field(0.1, ge=0, description="Logical CPUs per replica.")
+    max_ongoing_requests: int = Field(1024, ge=1)
+    graceful_shutdown_timeout_s: float = Field(20.0, gt=0, description="How long a "
+                                               "stopping replica may finish its work.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The class's own "
+                                    "settings (validated by its validate_options).")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not TEAM_RE.match(v):
+            raise ValueError(f"service name {v!r} must match {TEAM_RE.pattern}")
+        return v
+
+    @field_validator("cls")
+    @classmethod
+    def _cls(cls, v: str) -> str:
+        if v.count(":") != 1:
+            raise ValueError(f"service class {v!r} must be 'module:Class'")
+        return v
+
+
 class PlatformConfig(_Strict):
     name: str = Field("granikv", description="Application name; prefixes deployment and "
                       "registry names.")
@@ -191,6 +221,9 @@ class PlatformConfig(_Strict):
     team_routers: list[str] = Field(default_factory=list, description="'module:factory' "
                                     "paths; factory(team: TeamConfig) -> APIRouter, mounted "
                                     "at /teams/{team} for each team.")
+    services: list[ServiceConfig] = Field(default_factory=list, description="Extra "
+                                          "deployments the ingress reaches by name "
+                                          "(``ing.services[name]``).")
 
     @field_validator("teams")
     @classmethod
@@ -199,6 +232,15 @@ class PlatformConfig(_Strict):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"duplicate teams {dup}")
+        return v
+
+    @field_validator("services")
+    @classmethod
+    def _unique_services(cls, v: list[ServiceConfig]) -> list[ServiceConfig]:
+        names = [s.name for s in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate services {dup}")
         return v
 
     @field_validator("extra_routers", "team_routers")

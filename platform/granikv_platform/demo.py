@@ -1,33 +1,25 @@
-"""The `make run` walkthrough: a team context, its agents' requests, the GraniKV stats.
+"""The `make run` walkthrough: an agent team's run, its answers, the GraniKV stats.
 
-Talks to a running app over HTTP only, the way an agent developer would: the prefix API
-with httpx, the agents through the OpenAI SDK at the team's own root
-``{url}/teams/{team}/v1`` (what ``ChatOpenAI(base_url=...)`` uses).
+Talks to a running app over HTTP only, the way an agent developer would: it starts a run
+of a team spec (``POST /teams/{team}/runs``, the agents layer mounted on the app), prints
+its events as they stream (``GET .../events``: the team context pinned as a HOT prefix,
+then each agent's turn), then the replicas' statistics.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
-from openai import OpenAI
-
-AGENTS = {
-    "isolation": "Review rule 1: can a team reach another team's prefix? Findings only.",
-    "capacity": "Review rule 2: what happens when a prefix does not fit? Findings only.",
-    "errors": "Review rule 3: are the error messages clear? Findings only.",
-    "metrics": "Review rule 4: which metric is missing? Findings only.",
-    "synthesis": "Propose the three most important changes, most important first.",
-}
 
 
 @dataclass
 class DemoReport:
+    run: dict[str, Any]
     context: dict[str, Any]
     answers: dict[str, str]
     stats: dict[str, Any]
@@ -45,35 +37,62 @@ class DemoReport:
         return out
 
 
-def run_demo(url: str, team: str, context_file: Path, max_tokens: int = 32,
+def run_demo(url: str, spec: dict[str, Any], max_tokens: int | None = None,
              echo: Callable[[str], None] = print) -> DemoReport:
-    http = httpx.Client(base_url=url, timeout=300)
+    """Run the team ``spec`` (a TeamSpec as JSON, context inline) through REST."""
+    team = spec["team"]
+    http = httpx.Client(base_url=url, headers={"X-GraniKV-Team": team}, timeout=300)
     before = _hits(http.get("/v1/granikv/stats").json())
-    ctx = http.put(f"/teams/{team}/context", json={"text": context_file.read_text()})
-    ctx.raise_for_status()
-    c = ctx.json()
-    echo(f"team {team!r}: context {c['prefix_id']} ({c['length']} tokens) is "
-         f"{c['state'].upper()} at HOT slot {c['hot_start']}, pinned={c['pinned']}")
-    agents = OpenAI(base_url=f"{url}/teams/{team}/v1", api_key="unused")
-    model = agents.models.list().data[0].id
-
-    def ask(seed: int, task: str) -> str:
-        # Sampled with a seed per agent: the random tiny model's greedy answer barely
-        # depends on a short question after a long shared context.
-        r = agents.chat.completions.create(model=model, max_tokens=max_tokens, seed=seed,
-                                           temperature=1.0,
-                                           messages=[{"role": "user", "content": task}])
-        return r.choices[0].message.content or ""
-
-    with ThreadPoolExecutor(len(AGENTS)) as pool:
-        answers = dict(zip(AGENTS, pool.map(ask, range(len(AGENTS)), AGENTS.values())))
-    for name, text in answers.items():
-        echo(f"  [{name}] {text!r}")
-    stats = _wait_for_hits(http, before + len(AGENTS))
-    report = DemoReport(c, answers, stats)
+    body = cap_tokens(spec, max_tokens) if max_tokens else spec
+    start = http.post(f"/teams/{team}/runs", json={"spec": body})
+    if start.status_code != 201:
+        raise RuntimeError(f"POST /teams/{team}/runs: {start.status_code} {start.text}")
+    run_id = start.json()["run_id"]
+    echo(f"team {team!r}: run {run_id} of {len(spec['agents'])} agents "
+         f"({spec['workflow']['shape']})")
+    context: dict[str, Any] = {}
+    answers: dict[str, str] = {}
+    for kind, ev in _events(http, f"/teams/{team}/runs/{run_id}/events"):
+        if kind == "context" and ev["when"] == "start":
+            context = ev
+            echo(f"team {team!r}: context {ev['prefix_id']} ({ev['length']} tokens) is "
+                 f"{ev['state'].upper()} at HOT slot {ev['hot_start']}, pinned="
+                 f"{ev['pinned']} ({'reused' if ev['reused'] else 'registered'})")
+        elif kind == "turn":
+            answers[ev["agent"]] = ev["text"]
+            echo(f"  [{ev['agent']}] {ev['text']!r}")
+    run = http.get(f"/teams/{team}/runs/{run_id}").json()
+    echo(f"run {run_id} {run['status']}{': ' + run['error'] if run['error'] else ''}, "
+         f"{len(run['turns'])} agent turns")
+    stats = _wait_for_hits(http, before + len(run["turns"]))
+    report = DemoReport(run, context, answers, stats)
     for line in format_stats(stats):
         echo(line)
     return report
+
+
+def cap_tokens(spec: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """``spec`` with every agent's turn capped at ``max_tokens`` (a quicker demo)."""
+    def cap(s: dict[str, Any] | None) -> dict[str, Any]:
+        s = dict(s or {})
+        s["max_tokens"] = min(s.get("max_tokens") or max_tokens, max_tokens)
+        return s
+
+    return {**spec, "sampling": cap(spec.get("sampling")),
+            "limits": {**spec.get("limits", {}), "max_tokens": max_tokens},
+            "agents": [{**a, "sampling": cap(a.get("sampling"))} for a in spec["agents"]]}
+
+
+def _events(http: httpx.Client, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(event, data) of a server-sent event stream, until it ends."""
+    kind = "message"
+    with http.stream("GET", path) as s:
+        s.raise_for_status()
+        for line in s.iter_lines():
+            if line.startswith("event: "):
+                kind = line[len("event: "):]
+            elif line.startswith("data: "):
+                yield kind, json.loads(line[len("data: "):])
 
 
 def _hits(stats: dict[str, Any]) -> int:
@@ -113,6 +132,9 @@ def format_stats(stats: dict[str, Any]) -> list[str]:
             f"    hits {hits.get('hits', 0)} ({hits.get('hit_tokens', 0)} tokens from HOT), "
             f"cold fallbacks {hits.get('cold_fallbacks', 0)}, "
             f"bind errors {ev.get('bind_errors', 0)}",
+            "    prefix hits: " + (", ".join(
+                f"{pid} ({p.get('team')}) {p.get('hits', 0)}"
+                for pid, p in sorted(r.get("prefix_hits", {}).items())) or "none"),
             f"    dispatcher: {d.get('steps', 0)} steps, groups {d.get('groups', {})}, "
             f"regimes {d.get('regimes', {})}",
             f"    {fe.get('generation_tokens', 0)} tokens generated, "

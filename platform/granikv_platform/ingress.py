@@ -3,7 +3,8 @@
 The FastAPI app is built inside the ingress replica (``__serve_build_asgi_app__``) from
 the config, so per-team routes and extra routers (``config.extra_routers`` /
 ``team_routers``, e.g. the agents' ``/teams/{team}/runs``) are imported there. Route
-functions reach this object through ``current_ingress`` (``deps.py``).
+functions reach this object through ``current_ingress`` (``deps.py``), and the
+``config.services`` deployments through ``services[name]`` (Serve handles).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from granikv_platform.protocol import Item, error_item, wire_error
 
 
 class Ingress:
-    def __init__(self, llm: DeploymentHandle, config: dict[str, Any]) -> None:
+    def __init__(self, llm: DeploymentHandle, config: dict[str, Any],
+                 services: dict[str, DeploymentHandle] | None = None) -> None:
         self.cfg = PlatformConfig.model_validate(config)
         self.llm = llm
+        self.services: dict[str, DeploymentHandle] = dict(services or {})
         self._stream = llm.options(stream=True)
         self.hub: HubClient = hub_client(self.cfg.registry_name, self.cfg.registry.namespace,
                                          self.cfg.registry.state_path)

@@ -137,11 +137,15 @@ class LLMReplica:
         await self.engine.check_health()
 
     async def stats(self) -> dict[str, Any]:
-        pinned = sum(1 for r in await self.engine.list_prefixes() if r["pinned"])
+        records = await self.engine.list_prefixes()
+        pinned = sum(1 for r in records if r["pinned"])
+        # Per prefix: which team's HOT prefix served how many requests on this replica.
+        per_prefix = {r["prefix_id"]: {k: r[k] for k in ("team", "hits", "pinned", "state")}
+                      for r in records}
         return {"replica": self.replica_id, "model": self.cfg.model.model_id,
                 "inflight": self.inflight, "pinned_prefixes": pinned,
-                "registry_version": self.sync.version, "sync_changes": self.sync.applied,
-                **await self.engine.stats()}
+                "prefix_hits": per_prefix, "registry_version": self.sync.version,
+                "sync_changes": self.sync.applied, **await self.engine.stats()}
 
     async def __del__(self) -> None:
         self._loop.cancel()

@@ -1,143 +1,20 @@
-"""One real Ray cluster and one real GraniKV Serve app for the whole platform suite.
-
-Ray runs on ``num_cpus=2`` with auth disabled and a private RAY_TMPDIR; the app is
-deploy/local.yaml's with two CPU replicas (0.5 CPU each), a fast sync period and its
-own registry file. Tests talk to it over HTTP on 127.0.0.1. Engine start-ups cost
-15-60 s each on a 2-core machine, so the app is session-scoped, and the tests that
-disturb it (replica restart) run last (test_serve_replicas.py).
-"""
+"""The platform tests share the suite's Ray cluster and Serve app (tests/conftest.py);
+their helpers are re-exported here for the platform tests' imports."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from tests.conftest import (
+    APP,
+    LOCAL_YAML,
+    SYNC_PERIOD_S,
+    TEAM_HEADER,
+    app_args,
+    counters,
+    free_port,
+    fresh_stats,
+    stats,
+    wait_until,
+)
 
-import httpx
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-LOCAL_YAML = REPO / "deploy" / "local.yaml"
-APP = "gkvtest"
-TEAM_HEADER = "X-GraniKV-Team"
-SYNC_PERIOD_S = 0.5
-
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(pred: Callable[[], Any], timeout_s: float, what: str,
-               every_s: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(every_s)
-
-
-def app_args(tmp: Path, **replicas: Any) -> dict[str, Any]:
-    """deploy/local.yaml's args, with test settings."""
-    from granikv_platform.loader import load_serve_config
-
-    args = load_serve_config(LOCAL_YAML).apps[0].config.model_dump(mode="json")
-    args["name"] = APP
-    args["replicas"].update(num_replicas=2, num_cpus=0.5, sync_period_s=SYNC_PERIOD_S,
-                            **replicas)
-    args["registry"] = {"name": f"{APP}-registry-{os.getpid()}",
-                        "state_path": str(tmp / "registry.json")}
-    args["teams"] = [*args["teams"], {"name": "green", "description": "a third team"}]
-    return args
-
-
-@pytest.fixture(scope="session")
-def ray_serve() -> Iterator[int]:
-    """A local Ray cluster with Serve's HTTP proxy on a free loopback port."""
-    import ray
-    from ray import serve
-
-    # A private RAY_TMPDIR; Unix socket paths must stay short: directly under /tmp.
-    own_tmp = None if "RAY_TMPDIR" in os.environ else tempfile.mkdtemp(prefix="gkvt-", dir="/tmp")
-    if own_tmp:
-        os.environ["RAY_TMPDIR"] = own_tmp
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="gkvtest")
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield port
-    try:
-        serve.shutdown()
-    finally:
-        ray.shutdown()  # stops the cluster this process started (raylet, GCS, workers)
-        if own_tmp:
-            del os.environ["RAY_TMPDIR"]
-            shutil.rmtree(own_tmp, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def app_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return app_args(tmp_path_factory.mktemp("platform"))
-
-
-@pytest.fixture(scope="session")
-def base_url(ray_serve: int, app_config: dict[str, Any]) -> str:
-    from ray import serve
-
-    from granikv_platform.builder import build_app
-
-    serve.run(build_app(app_config), name=APP, route_prefix="/")
-    url = f"http://127.0.0.1:{ray_serve}"
-    # Both replicas report once they have started and reconciled with the registry.
-    wait_until(lambda: len(stats(url)["replicas"]) == 2, 60, "two live replicas")
-    return url
-
-
-@pytest.fixture
-def client(base_url: str) -> Iterator[Callable[[str | None], httpx.Client]]:
-    made: list[httpx.Client] = []
-
-    def make(team: str | None) -> httpx.Client:
-        headers = {TEAM_HEADER: team} if team else {}
-        c = httpx.Client(base_url=base_url, headers=headers, timeout=120)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
-
-
-def stats(url: str) -> dict[str, Any]:
-    return httpx.get(f"{url}/v1/granikv/stats", timeout=30).json()  # type: ignore[no-any-return]
-
-
-def counters(report: dict[str, Any]) -> dict[str, int]:
-    g = report["granikv"]
-    return {"hits": g["hits"]["hits"], "hit_tokens": g["hits"]["hit_tokens"],
-            "cold_fallbacks": g["hits"]["cold_fallbacks"],
-            "bind_errors": g["events"]["bind_errors"],
-            "bound_requests": g["events"]["bound_requests"]}
-
-
-def fresh_stats(url: str, after: dict[str, Any]) -> dict[str, Any]:
-    """Stats whose every replica reported after the reports in ``after``."""
-    seen = {r: s["reported_at"] for r, s in after["replicas"].items()}
-
-    def newer() -> dict[str, Any] | None:
-        s = stats(url)
-        ok = all(rep["reported_at"] > seen.get(r, 0.0) for r, rep in s["replicas"].items())
-        return s if ok and s["replicas"] else None
-
-    return wait_until(newer, 20, "fresh replica reports")  # type: ignore[no-any-return]
+__all__ = ["APP", "LOCAL_YAML", "SYNC_PERIOD_S", "TEAM_HEADER", "app_args", "counters",
+           "free_port", "fresh_stats", "stats", "wait_until"]

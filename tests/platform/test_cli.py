@@ -1,5 +1,6 @@
 """`python -m granikv_platform.cli run --once`: what `make run` does, end to end, in its
-own Ray cluster (a subprocess, as a newcomer runs it)."""
+own Ray cluster (a subprocess, as a newcomer runs it): the example agent team runs
+through the app's /teams/red/runs, and its answers and the GraniKV statistics print."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 def test_run_once_prints_answers_and_statistics() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GRANIKV_CONFIG")}
     tmp = tempfile.mkdtemp(prefix="gkvc-", dir="/tmp")  # its own cluster, its own files
-    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp)
+    # TMPDIR: the agents' run store (deploy/local.yaml: <tmp>/granikv-granikv-runs.sqlite).
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp,
+               TMPDIR=tmp)
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "granikv_platform.cli", "run", "--once",
@@ -32,9 +35,14 @@ def test_run_once_prints_answers_and_statistics() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    # The example map-reduce team ran through the agents layer (REST + SSE events).
+    assert re.search(r"team 'red': run run-\w+ of 9 agents \(map_reduce\)", out), out
     assert re.search(r"team 'red': context red-context-\w+ \(\d{3} tokens\) is READY", out), out
-    for agent in ("isolation", "capacity", "errors", "metrics", "synthesis"):
-        assert f"  [{agent}] " in out
+    for agent in ("isolation", "capacity", "errors", "metrics", "restarts", "latency", "docs",
+                  "tests", "synthesizer"):
+        assert f"  [{agent}] " in out, agent
+    assert re.search(r"run run-\w+ succeeded, 9 agent turns", out), out
     assert "GraniKV statistics:" in out and "dispatcher:" in out and "tokens/s" in out
+    assert re.search(r"prefix hits: .*red-context-\w+ \(red\) 9", out), out
     m = re.search(r"totals: (\d+) HOT hits, (\d+) bind errors", out)
-    assert m is not None and int(m.group(1)) >= 5 and int(m.group(2)) == 0, out
+    assert m is not None and int(m.group(1)) >= 9 and int(m.group(2)) == 0, out

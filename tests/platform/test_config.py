@@ -41,6 +41,10 @@ def cfg(**over: Any) -> PlatformConfig:
     ({"teams": [{"name": "red", "context_file": "no/such/file.md"}]}, "no file"),
     ({"model": {"source": "./no/such/model"}}, "does not exist"),
     ({"extra_routers": ["pkg.module.factory"]}, "module:function"),
+    ({"services": [{"name": "agents", "cls": "pkg.Class"}]}, "module:Class"),
+    ({"services": [{"name": "Agents!", "cls": "m:C"}]}, "service name"),
+    ({"services": [{"name": "a", "cls": "m:C"}, {"name": "a", "cls": "m:D"}]},
+     "duplicate services"),
     ({"replicas": {"num_replicas": 0}}, "greater than or equal to 1"),
     ({"replicas": {"surprise": 1}}, "Extra inputs are not permitted"),
 ])
@@ -92,10 +96,26 @@ def test_deploy_files_build(name: str) -> None:
         assert type(app).__name__ == "Application"
 
 
+def test_services_are_deployments_next_to_the_replicas() -> None:
+    agents = {"name": "agents", "cls": "granikv_agents.service:RunService",
+              "options": {"auto_resume": False}}
+    app = build_app(cfg(services=[agents]))
+    kwargs = app._bound_deployment.init_args  # (llm, config, services) of the ingress
+    (svc,) = kwargs[2].values()
+    assert svc._bound_deployment.name == "granikv-agents"
+    assert svc._bound_deployment.num_replicas == 1
+    with pytest.raises(ValidationError, match="surprise"):  # the class checks its options
+        build_app(cfg(services=[{**agents, "options": {"surprise": 1}}]))
+    with pytest.raises(ValueError, match="cannot load object 'no_such_module:X'"):
+        build_app(cfg(services=[{"name": "x", "cls": "no_such_module:X"}]))
+
+
 def test_deploy_files_say_what_they_promise() -> None:
     local = load_serve_config(DEPLOY / "local.yaml")
     (app,) = local.apps
     assert app.config.engine.accelerator == "cpu" and app.config.engine.dummy_weights
+    assert app.config.team_routers == ["granikv_agents.rest:runs_router"]
+    assert [s.name for s in app.config.services] == ["agents"]
     assert local.http_options["host"] == "127.0.0.1"
     gpu = {a.name: a.config for a in load_serve_config(DEPLOY / "serve_config.yaml").apps}
     assert gpu["llama-8b"].model.source == "meta-llama/Llama-3.1-8B-Instruct"

@@ -1,0 +1,91 @@
+"""The one small interface between the graph and the platform: ``TeamBackend``.
+
+Two implementations: ``http_binding.HttpTeamBackend`` (outside the cluster: LangChain's
+``ChatOpenAI`` at the team's OpenAI root, httpx for the context) and
+``serve_binding.ServeTeamBackend`` (inside it: a Serve deployment handle to the LLM
+replicas). Both raise ``TransientLLMError`` for what a retry can fix (a replica
+restarting, a timeout, a 5xx) and ``LLMCallError`` for the rest (4xx): the graph's
+retry policy retries only the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from granikv_agents.state import ContextPin
+from granikv_agents.team import Sampling
+
+TEAM_HEADER = "X-GraniKV-Team"  # the platform's identity header (granikv_platform.identity)
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class LLMCallError(Exception):
+    """The platform refused or failed a call for good (a retry would fail the same)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class TransientLLMError(LLMCallError):
+    """A call that may succeed when retried: a replica restarting, a timeout, a 5xx."""
+
+
+def status_error(status: int, message: str) -> LLMCallError:
+    cls = TransientLLMError if status in _TRANSIENT_STATUS or status >= 500 else LLMCallError
+    return cls(status, message)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """``retry_on`` of the graph's LLM nodes."""
+    return isinstance(exc, TransientLLMError)
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    agent: str
+    round: int
+    kind: str
+    messages: tuple[tuple[str, str], ...]  # (role, content); the shared context not included
+    sampling: Sampling
+
+    def dicts(self) -> list[dict[str, str]]:
+        return [{"role": r, "content": c} for r, c in self.messages]
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    prompt_tokens: int  # as the engine counted them: shared context + own messages
+    completion_tokens: int
+
+
+class TeamBackend(Protocol):
+    """The platform as one team's agents use it."""
+
+    team: str
+
+    async def pin_context(self, text: str) -> ContextPin:
+        """Make ``text`` the team's context, pinned as its HOT prefix, and read it back.
+        Idempotent: the same text already pinned is reused (``reused=True``)."""
+        ...
+
+    async def read_context(self) -> ContextPin | None:
+        """The team's current context as the platform reports it (None: none set)."""
+        ...
+
+    async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
+        """One agent turn: the shared context first (bound to ``context``'s HOT
+        prefix), then the request's own messages."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def context_pin(record: dict[str, Any], reused: bool) -> ContextPin:
+    """A ContextPin from the platform's team context record (GET/PUT /context)."""
+    return ContextPin(prefix_id=str(record["prefix_id"]), length=int(record["length"]),
+                      state=str(record["state"]), pinned=bool(record["pinned"]),
+                      hot_start=record.get("hot_start"), reused=reused)

@@ -1,0 +1,89 @@
+"""``/teams/{team}/runs``: the agents' REST routes, mounted by the platform per team
+(``config.team_routers: ["granikv_agents.rest:runs_router"]``).
+
+    POST /teams/{team}/runs                {"spec_name": "review"} | {"spec": {...}}
+    GET  /teams/{team}/runs                the team's runs and their status
+    GET  /teams/{team}/runs/{id}           status, context pin, turns, result
+    GET  /teams/{team}/runs/{id}/events    server-sent events (Last-Event-ID / ?after=)
+    POST /teams/{team}/runs/{id}/resume    continue a failed or interrupted run
+
+The platform checks the caller against the team before these run (``enter_team``). They
+forward to the run service (``service.RunService``) through its Serve handle; another
+team's run id is 403 and an unknown one 404, as for prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from granikv_agents.schemas import RUN_ID_PATTERN, RunCreate
+from granikv_agents.service import SERVICE_NAME
+from granikv_platform.config import TeamConfig
+from granikv_platform.deps import Ing
+from granikv_platform.errors import ApiError, error_response
+from granikv_platform.protocol import Item
+
+RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="A run of this team.")]
+
+
+def runs_router(team: TeamConfig) -> APIRouter:
+    r = APIRouter(tags=[f"team {team.name}: runs"])
+
+    @r.post("/runs", status_code=201)
+    async def start(body: RunCreate, ing: Ing) -> Response:
+        if body.spec is not None and body.spec.team != team.name:
+            raise ApiError(403, f"the spec is team {body.spec.team!r}'s; team "
+                           f"{team.name!r} may not run it")
+        return _answer(await _service(ing).start.remote(team.name, body.wire()), 201)
+
+    @r.get("/runs")
+    async def list_runs(ing: Ing) -> Response:
+        return _answer(await _service(ing).list_runs.remote(team.name))
+
+    @r.get("/runs/{run_id}")
+    async def get(run_id: RunId, ing: Ing) -> Response:
+        return _answer(await _service(ing).get.remote(team.name, run_id))
+
+    @r.post("/runs/{run_id}/resume")
+    async def resume(run_id: RunId, ing: Ing) -> Response:
+        return _answer(await _service(ing).resume.remote(team.name, run_id))
+
+    @r.get("/runs/{run_id}/events")
+    async def events(run_id: RunId, ing: Ing,
+                     after: Annotated[int, Query(ge=0, description="Events after this "
+                                                 "seq.")] = 0,
+                     last_event_id: Annotated[int | None, Header()] = None) -> Response:
+        gen = _service(ing).options(stream=True).events.remote(
+            team.name, run_id, max(after, last_event_id or 0))
+        first: Item = await gen.__anext__()
+        if "error" in first:
+            gen.cancel()
+            return error_response(first)
+        return StreamingResponse(_sse(first, gen), media_type="text/event-stream")
+
+    return r
+
+
+def _service(ing: Any) -> Any:
+    service = getattr(ing, "services", {}).get(SERVICE_NAME)
+    if service is None:
+        raise ApiError(503, f"the agents service is not deployed: add a service named "
+                       f"{SERVICE_NAME!r} to the app's config.services")
+    return service
+
+
+def _answer(item: Item, status: int = 200) -> Response:
+    return error_response(item) if "error" in item else JSONResponse(item["json"], status)
+
+
+async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:
+    try:
+        yield first["sse"]
+        async for item in gen:
+            yield item["sse"]
+    finally:
+        gen.cancel()  # a client that went away stops the service's generator

@@ -1,0 +1,78 @@
+"""The edge of the agents layer: the run service's options (``config.services``) and the
+REST bodies of ``/teams/{team}/runs``."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from granikv_agents.graph import RetryConfig
+from granikv_agents.spec import TeamSpec
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class RetryOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_attempts: int = Field(10, ge=1, le=100, description="Attempts of one LLM call, "
+                              "the first included, before the run fails (resumable); "
+                              "the default waits about 48 s in all.")
+    initial_interval_s: float = Field(0.5, gt=0, description="Wait before the first retry.")
+    backoff_factor: float = Field(2.0, ge=1.0, description="Wait growth per retry.")
+    max_interval_s: float = Field(8.0, gt=0, description="Longest wait between retries.")
+
+    def config(self) -> RetryConfig:
+        return RetryConfig(self.max_attempts, self.initial_interval_s, self.backoff_factor,
+                           self.max_interval_s)
+
+
+class AgentsOptions(BaseModel):
+    """``options`` of the agents service in ``config.services``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    store_path: str | None = Field(None, description="SQLite file of the checkpoints and "
+                                   "the run store, on the node of the service's replica; "
+                                   "default <tmp>/granikv-<app>-runs.sqlite.")
+    specs_dir: str = Field("deploy/teams", description="Team spec files that POST /runs "
+                           "can name ({\"spec_name\": ...}); relative to the repository.")
+    auto_resume: bool = Field(True, description="A (re)started service resumes the runs "
+                              "that its predecessor left unfinished.")
+    retry: RetryOptions = Field(default_factory=lambda: RetryOptions.model_validate({}))
+    call_timeout_s: float = Field(300.0, gt=0, description="Longest wait for one LLM call.")
+    drain_s: float = Field(10.0, ge=0, description="On shutdown, how long running turns "
+                           "may finish before their runs are interrupted.")
+
+    def store_file(self, app: str) -> str:
+        path = Path(self.store_path or Path(tempfile.gettempdir()) / f"granikv-{app}-runs.sqlite")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def specs_folder(self) -> Path:
+        p = Path(self.specs_dir)
+        return p if p.is_absolute() else REPO_ROOT / p
+
+
+class RunCreate(BaseModel):
+    """POST /teams/{team}/runs: a spec (inline, context included) or a spec file's name."""
+
+    model_config = ConfigDict(extra="forbid")
+    spec: TeamSpec | None = Field(None, description="The team spec; its team must be the "
+                                  "route's.")
+    spec_name: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$",
+                                  description="A spec file of the service's specs_dir.")
+    task: str | None = Field(None, min_length=1, description="Replaces the spec's task.")
+
+    @model_validator(mode="after")
+    def _one(self) -> RunCreate:
+        if (self.spec is None) == (self.spec_name is None):
+            raise ValueError("give exactly one of 'spec' or 'spec_name'")
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        """What crosses to the service: the spec as validated (context inline)."""
+        return {"spec": self.spec.model_dump(mode="json") if self.spec else None,
+                "spec_name": self.spec_name, "task": self.task}

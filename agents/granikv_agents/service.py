@@ -1,0 +1,130 @@
+"""RunService: the run executor of one platform app, as a small Serve deployment.
+
+The platform deploys it from ``config.services`` (``granikv_platform.builder``: one
+replica, named ``<app>-agents``) with a handle to the app's LLM replicas, and the
+ingress's ``/teams/{team}/runs`` routes (``rest.py``) call it through a handle. It owns
+the SQLite file (checkpoints + run store): one writer, whatever the number of ingress
+replicas. Runs call the LLM replicas through ``ServeTeamBackend`` (no HTTP hop). When
+Serve restarts it, ``__init__`` resumes the runs its predecessor left unfinished.
+
+Methods answer with the platform's protocol items (``{"json"}``, ``{"sse"}``,
+``{"error": {status, type, message}}``), scoped to the calling team: another team's
+run is 403, an unknown run 404 (as for prefixes). No Ray import: the platform wraps it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+from granikv_agents.binding import TeamBackend
+from granikv_agents.executor import RunConflict, RunExecutor, RunNotFound
+from granikv_agents.schemas import AgentsOptions
+from granikv_agents.serve_binding import ServeTeamBackend
+from granikv_agents.spec import TeamSpec
+from granikv_agents.spec_file import SpecFileError, find_spec
+from granikv_agents.store import RunRecord
+from granikv_agents.team import Team
+from granikv_platform.protocol import Item, error_item
+
+SERVICE_NAME = "agents"  # its name in config.services; the REST routes look it up
+
+
+class RunService:
+    # Serve runs async constructors; the platform's LLMReplica does the same.
+    async def __init__(self, llm: Any, config: dict[str, Any],  # type: ignore[misc]
+                       options: dict[str, Any]) -> None:
+        # ``config`` was validated by the platform's build_app; reading two fields here
+        # spares this replica the validation's vLLM import.
+        self.opts = AgentsOptions.model_validate(options)
+        self.model = str(config["model"]["model_id"])
+        self._llm = llm
+        self._stack = AsyncExitStack()
+        self.executor = await self._stack.enter_async_context(RunExecutor.open(
+            self.opts.store_file(str(config.get("name", "granikv"))), self._bind,
+            self.opts.retry.config(), self.opts.drain_s))
+        if self.opts.auto_resume:
+            await self.executor.recover()
+
+    @staticmethod
+    def validate_options(options: dict[str, Any]) -> None:
+        """Called by the platform's build_app: bad options fail before anything starts."""
+        AgentsOptions.model_validate(options)
+
+    def _bind(self, team: Team) -> TeamBackend:
+        return ServeTeamBackend(self._llm, team.name, self.model,
+                                timeout_s=self.opts.call_timeout_s)
+
+    # ---- runs of the calling team -------------------------------------------------------
+    async def start(self, team: str, body: dict[str, Any]) -> Item:
+        try:
+            spec = self._spec(team, body)
+        except (SpecFileError, FileNotFoundError, PermissionError) as e:
+            return _error(e)
+        rec = await self.executor.start(spec, body.get("task"))
+        return {"json": _created(rec)}
+
+    async def get(self, team: str, run_id: str) -> Item:
+        try:
+            await self._owned(team, run_id)
+            return {"json": await self.executor.view(run_id)}
+        except (RunNotFound, PermissionError) as e:
+            return _error(e)
+
+    async def list_runs(self, team: str) -> Item:
+        runs = await self.executor.store.list_runs(team)
+        return {"json": {"object": "list", "data": [r.view() for r in runs]}}
+
+    async def resume(self, team: str, run_id: str) -> Item:
+        try:
+            await self._owned(team, run_id)
+            rec = await self.executor.resume(run_id)
+        except (RunNotFound, RunConflict, PermissionError) as e:
+            return _error(e)
+        return {"json": rec.view()}
+
+    async def events(self, team: str, run_id: str, after: int = 0) -> AsyncIterator[Item]:
+        """Server-sent events: ``id`` = the event's seq (resume with Last-Event-ID)."""
+        try:
+            await self._owned(team, run_id)
+        except (RunNotFound, PermissionError) as e:
+            yield _error(e)
+            return
+        async for ev in self.executor.events(run_id, after):
+            yield {"sse": f"id: {ev.seq}\nevent: {ev.type}\ndata: {json.dumps(ev.view())}\n\n"}
+        yield {"sse": "event: end\ndata: {}\n\n"}
+
+    async def __del__(self) -> None:
+        await self._stack.aclose()  # drains the runs (see RunExecutor.stop)
+
+    # ---- internals ------------------------------------------------------------------
+    def _spec(self, team: str, body: dict[str, Any]) -> TeamSpec:
+        if body.get("spec") is not None:
+            spec = TeamSpec.model_validate(body["spec"])  # validated at the ingress too
+        else:
+            spec = find_spec(self.opts.specs_folder(), str(body["spec_name"]))
+        if spec.team != team:
+            raise PermissionError(f"the spec is team {spec.team!r}'s; team {team!r} may "
+                                  "not run it")
+        return spec
+
+    async def _owned(self, team: str, run_id: str) -> RunRecord:
+        rec = await self.executor.record(run_id)
+        if rec.team != team:
+            raise PermissionError(f"run {run_id!r} belongs to another team")
+        return rec
+
+
+def _created(rec: RunRecord) -> dict[str, Any]:
+    base = f"/teams/{rec.team}/runs/{rec.run_id}"
+    return {**rec.view(), "links": {"self": base, "events": f"{base}/events",
+                                    "resume": f"{base}/resume"}}
+
+
+def _error(e: Exception) -> Item:
+    status = {RunNotFound: 404, FileNotFoundError: 404, PermissionError: 403,
+              RunConflict: 409, SpecFileError: 400}.get(type(e), 400)
+    message = str(e.args[0]) if e.args else type(e).__name__  # KeyError's str() quotes
+    return error_item(status, message)

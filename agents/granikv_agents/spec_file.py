@@ -1,0 +1,56 @@
+"""Team spec files (``deploy/teams/*.yaml``): the only YAML reader of the agents layer.
+
+``context_file`` in a spec is relative to the spec file's folder.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from granikv_agents.spec import TeamSpec
+
+SPEC_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class SpecFileError(ValueError):
+    """A spec file that is missing, is not YAML, or does not validate."""
+
+
+def load_spec(path: str | Path) -> TeamSpec:
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise SpecFileError(f"{path}: {e.strerror or e}") from e
+    except yaml.YAMLError as e:
+        raise SpecFileError(f"{path}: not YAML: {e}") from e
+    try:
+        return TeamSpec.model_validate(doc, context={"base_dir": path.resolve().parent})
+    except ValidationError as e:
+        raise SpecFileError(f"{path}: {_lines(e)}") from e
+
+
+def find_spec(folder: str | Path, name: str) -> TeamSpec:
+    """``{folder}/{name}.yaml`` (a name, never a path)."""
+    if not SPEC_NAME_RE.match(name):
+        raise SpecFileError(f"spec name {name!r} must match {SPEC_NAME_RE.pattern}")
+    path = Path(folder) / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no team spec {name!r} (in {folder})")
+    return load_spec(path)
+
+
+def spec_names(folder: str | Path) -> list[str]:
+    return sorted(p.stem for p in Path(folder).glob("*.yaml") if SPEC_NAME_RE.match(p.stem))
+
+
+def _lines(e: ValidationError) -> str:
+    out = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        out.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+    return "; ".join(out)

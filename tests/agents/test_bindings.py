@@ -1,0 +1,73 @@
+"""The debate and pipeline teams through ChatOpenAI (the HTTP binding, outside the
+cluster), and the same team through REST (the Serve-handle binding, inside it): both
+send the engine the same prompts, bound to the same HOT prefix."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from granikv_agents import HttpTeamBackend, RunExecutor, load_spec
+from tests.agents.helpers import delta, same_pin, settled, wait_run
+
+pytestmark = [pytest.mark.ray, pytest.mark.vllm]
+Client = Callable[[str | None], httpx.Client]
+TEAMS = Path(__file__).resolve().parents[2] / "deploy" / "teams"
+
+
+def run_over_http(base_url: str, db: Path, name: str) -> dict[str, Any]:
+    spec = load_spec(TEAMS / f"{name}.yaml")
+
+    async def go() -> dict[str, Any]:
+        async with RunExecutor.open(str(db), lambda t: HttpTeamBackend(base_url, t.name)) as ex:
+            rec = await ex.start(spec)
+            assert (await ex.wait(rec.run_id, 300)).status == "succeeded"
+            return await ex.view(rec.run_id)
+
+    return asyncio.run(go())
+
+
+def shape(view: dict[str, Any]) -> list[tuple[str, int, str]]:
+    return [(t["agent"], t["round"], t["kind"]) for t in view["turns"]]
+
+
+def test_debate_over_chatopenai(base_url: str, tmp_path: Path) -> None:
+    before = settled(base_url)
+    view = run_over_http(base_url, tmp_path / "runs.sqlite", "debate")
+    debaters = ["proposer", "opposer", "skeptic"]
+    assert shape(view) == [*((d, 1, "work") for d in debaters),
+                           *((d, 2, "work") for d in debaters), ("judge", 2, "reduce")]
+    r1 = {t["agent"]: t["prompt_tokens"] for t in view["turns"] if t["round"] == 1}
+    r2 = {t["agent"]: t["prompt_tokens"] for t in view["turns"] if t["kind"] == "work"
+          and t["round"] == 2}
+    assert all(r2[d] > r1[d] for d in debaters)  # round 2 carries the history
+    d = delta(settled(base_url), before)
+    assert d["hits"] == d[f"prefix:{view['context']['prefix_id']}"] == 7, d
+    assert "bind_errors" not in d, d
+
+
+def test_pipeline_prompts_match_across_bindings(client: Client, base_url: str,
+                                                tmp_path: Path) -> None:
+    before = settled(base_url)
+    over_http = run_over_http(base_url, tmp_path / "runs.sqlite", "plan")
+    blue = client("blue")
+    over_rest = wait_run(blue, "blue", blue.post("/teams/blue/runs",
+                                                 json={"spec_name": "plan"}).json()["run_id"])
+    assert over_rest["status"] == "succeeded"
+    want = [("planner", 1, "plan"), ("builder", 1, "work"), ("tester", 1, "work"),
+            ("deployer", 1, "work"), ("integrator", 1, "reduce")]
+    assert shape(over_http) == shape(over_rest) == want
+    # blue's configured context is the spec's: both runs reuse the platform's pin.
+    assert same_pin(over_http["context"], over_rest["context"])
+    assert over_rest["context"]["reused"] and over_rest["context"]["state"] == "ready"
+    # The planner's prompt is the same whatever the binding; the executors' prompts
+    # differ only by the plan text each run's planner wrote.
+    assert over_http["turns"][0]["prompt_tokens"] == over_rest["turns"][0]["prompt_tokens"]
+    d = delta(settled(base_url), before)
+    assert d["hits"] == d[f"prefix:{over_rest['context']['prefix_id']}"] == 10, d
+    assert "bind_errors" not in d, d
