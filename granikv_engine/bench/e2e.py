@@ -50,7 +50,7 @@ def engine_kwargs(engine: str, max_len: int, hot_slots: int, async_sched: bool,
 
 
 def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
-             extra: dict[str, Any], calibration: str = "") -> Any:
+             extra: dict[str, Any], calibration: str = "", tp: int = 1) -> Any:
     from vllm import LLM
 
     if tiny:
@@ -64,6 +64,8 @@ def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
     kw: dict[str, Any] = dict(model=folder, load_format="dummy", skip_tokenizer_init=True,
                               enable_prefix_caching=True, max_model_len=max_len, seed=0,
                               disable_log_stats=False, max_num_seqs=512)
+    if tp > 1:  # vLLM's multiprocessing executor, one worker per GPU, NCCL between them
+        kw.update(tensor_parallel_size=tp, distributed_executor_backend="mp")
     if gpu:  # both engines alike; async scheduling is vLLM's GPU default, made explicit
         kw["gpu_memory_utilization"] = 0.9
         kw["async_scheduling"] = True
@@ -160,23 +162,28 @@ def main() -> None:
                     help="CUDA graph capture sizes, the same for every engine")
     args = ap.parse_args()
     ws = [WORKLOADS[n] for n in args.workloads.split(",")]
+    tps = {w.tp for w in ws}
+    if len(tps) != 1 or any(w.model != args.model for w in ws):
+        ap.error(f"--workloads must all be {args.model}'s at one TP degree: {args.workloads}")
+    tp = tps.pop()
     # Sized for every workload of the model, whichever run now: one engine config per
     # model, so a later run on the same machine reuses the compile cache.
     max_len = max(int(w.max_len * args.scale) + 8 for w in WORKLOADS.values()
-                  if w.model == args.model)
+                  if w.model == args.model and w.tp == tp)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {"dtype": "float32", "enforce_eager": True} if args.tiny else {
         "compilation_config": {"cudagraph_capture_sizes": [
             int(x) for x in args.capture_sizes.split(",")]}}
-    cal = "" if args.tiny else f"/tmp/granikv-calibration-{args.model}.json"
+    tag = args.model if tp == 1 else f"{args.model}-tp{tp}"
+    cal = "" if args.tiny else f"/tmp/granikv-calibration-{tag}.json"
     llm = make_llm(args.tiny or args.model, args.engine, max_len, args.hot_slots,
-                   bool(args.tiny), extra, cal)
+                   bool(args.tiny), extra, cal, tp)
     start_s = time.perf_counter() - t0
     llm.collective_rpc("granikv_reinit_weights")
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
     args.out.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"env": environment(), "engine": args.engine, "model": args.model,
-                           "engine_start_s": start_s, "results": []}
+                           "tp": tp, "engine_start_s": start_s, "results": []}
     # GraniKV: each workload once with the unified paged backend only, then with the
     # dispatcher (fresh suffixes, so the second run gets no prefix-cache help).
     attributed = set(args.attribution.split(",")) if args.attribution else set()
@@ -189,7 +196,7 @@ def main() -> None:
             r = run_workload(llm, name, w, vocab, args.scale, salt=f"-run{i}")
             doc["results"].append(r)
             print(f"[{name}] {w.name}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s", flush=True)
-            out = args.out / f"e2e-{args.model}-{args.engine}.json"
+            out = args.out / f"e2e-{tag}-{args.engine}.json"
             out.write_text(json.dumps(doc, indent=1))
 
 

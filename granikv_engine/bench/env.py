@@ -36,6 +36,7 @@ def environment() -> dict[str, Any]:
     except Exception:  # optional on CPU
         fi = None
     return {"command": " ".join(sys.argv), "python": platform.python_version(),
-            "gpu": gpu, "torch": torch.__version__, "vllm": vllm, "flashinfer": fi,
+            "gpu": gpu, "gpus": torch.cuda.device_count() if gpu else 0,
+            "torch": torch.__version__, "vllm": vllm, "flashinfer": fi,
             "granikv": _v("granikv"), "host": platform.node(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}

@@ -32,7 +32,6 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
              "paged-only tok/s | stock-cascade tok/s | TTFT p50 s (stock / GraniKV) | "
              "ITL p50 ms (stock / GraniKV) |", "|" + "---|" * 10]
     speed: dict[str, dict[str, float]] = {}
-    ceilings = {"W1": 2.95, "W2": 2.95, "W3": 2.9, "W4": 2.7, "W5": 1.0}
     for name in sorted(by):
         e = by[name]
         st, gk = e.get("stock"), e.get("granikv")
@@ -48,7 +47,8 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
 
         w = WORKLOADS[name]
         lines.append(f"| {name} | {f(st)} | {f(gk)} | {x} | {w.target_x}x | "
-                     f"{ceilings[name]}x | {f(e.get('granikv-paged'))} | "
+                     f"{f'{w.ceiling_x}x' if w.ceiling_x else '-'} | "
+                     f"{f(e.get('granikv-paged'))} | "
                      f"{f(e.get('stock-cascade'))} | {lat('ttft_s', 1)} | "
                      f"{lat('itl_s', 1e3)} |")
     return "\n".join(lines), speed
@@ -90,7 +90,7 @@ def e2e_plot(speed: dict[str, dict[str, float]], path: Path) -> None:
         ax.bar([j + i * width for j in range(len(names))], vals, width, label=eng)
     ax.set_xticks([j + 1.5 * width for j in range(len(names))], names)
     ax.set_ylabel("output tokens/s")
-    ax.set_title("End to end on one H200: stock vLLM 0.26 vs GraniKV (dummy weights)")
+    ax.set_title("End to end on H200s (-TPn: n GPUs): stock vLLM 0.26 vs GraniKV (dummy weights)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

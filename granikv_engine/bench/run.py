@@ -3,8 +3,15 @@ by one on a machine lent for a few minutes at a time).
 
 Phases: ``tests`` (GPU kernels vs references), ``kernels``, then one engine process per
 end-to-end phase: ``stock``, ``granikv`` (with the paged-only attribution runs on W1 and
-W3), ``stock-cascade``, ``w4-stock``, ``w4-granikv``. Results land in ``--out`` as JSON;
-``bench/report.py`` turns them into docs/benchmarks/ (markdown + PNG).
+W3), ``stock-cascade``, ``w4-stock``, ``w4-granikv``, and the tensor-parallel ones
+``tp2-stock``, ``tp2-granikv`` (Qwen2.5-14B on 2 GPUs), ``tp4-stock``, ``tp4-granikv``
+(Qwen2.5-32B on 4). Results land in ``--out`` as JSON; ``bench/report.py`` turns them
+into docs/benchmarks/ (markdown + PNG).
+
+``--phases a+b,c`` runs ``a`` and ``b`` at the same time, each on a GPU of its own
+(CUDA_VISIBLE_DEVICES), then ``c`` on all GPUs: on a 2-GPU machine, stock and GraniKV
+side by side in half the time. NVLink multicast stays off (NCCL, PyTorch, NVSHMEM and
+vLLM's symmetric-memory all-reduce) for every engine alike.
 """
 
 from __future__ import annotations
@@ -32,7 +39,13 @@ PHASES: dict[str, list[str]] = {
                  "--model", "qwen2.5-14b", "--workloads", "W4"],
     "w4-granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
                    "--model", "qwen2.5-14b", "--workloads", "W4", "--hot-slots", "20000"],
+    **{f"tp{tp}-{eng}": [PY, "-m", "granikv_engine.bench.e2e", "--engine", eng, "--model",
+                         model, "--workloads", f"W1-TP{tp},W3-TP{tp}"]
+       for tp, model in ((2, "qwen2.5-14b"), (4, "qwen2.5-32b"))
+       for eng in ("stock", "granikv")},
 }
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                "NVSHMEM_DISABLE_NVLS": "1", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
 
 
 def main() -> None:
@@ -44,28 +57,36 @@ def main() -> None:
     ap.add_argument("--kernel-budget", default="150")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for phase in args.phases.split(","):
-        cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
-        if args.workloads and phase in ("stock", "granikv", "stock-cascade"):
-            cmd[cmd.index("--workloads") + 1] = args.workloads
-        if phase == "kernels":
-            cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
+    for group in args.phases.split(","):
+        phases = group.split("+")
         t0 = time.time()
-        log = args.out / f"{phase}.log"
-        with log.open("w") as f:
+        procs = []
+        for gpu, phase in enumerate(phases):
+            cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
+            if args.workloads and phase in ("stock", "granikv", "stock-cascade"):
+                cmd[cmd.index("--workloads") + 1] = args.workloads
+            if phase == "kernels":
+                cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
+            env = {**os.environ, **NO_MULTICAST}
+            if len(phases) > 1:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            log = (args.out / f"{phase}.log").open("w")
             # Own process group: on a timeout the engine core and workers go too, and
             # the next phase starts on a free GPU.
-            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            procs.append((phase, log, subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)))
+        for phase, log, proc in procs:
+            left = max(1.0, args.timeout - (time.time() - t0))
             try:
-                rc: int | str = proc.wait(timeout=args.timeout)
+                rc: int | str = proc.wait(timeout=left)
             except subprocess.TimeoutExpired:
                 rc = "timeout"
             _kill_group(proc)
-            _wait_gpu_free()
-        tail = log.read_text().splitlines()[-12:]
-        print(f"== {phase}: rc={rc} in {time.time() - t0:.0f}s", flush=True)
-        print("\n".join(line[:200] for line in tail), flush=True)
+            log.close()
+            tail = (args.out / f"{phase}.log").read_text().splitlines()[-12:]
+            print(f"== {phase}: rc={rc} in {time.time() - t0:.0f}s", flush=True)
+            print("\n".join(line[:200] for line in tail), flush=True)
+        _wait_gpu_free()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -19,8 +19,10 @@ class Workload:
     model: str
     prefix_lens: tuple[int, ...]  # one per team
     agents: int
-    stock_ref_tok_s: float  # stock vLLM 0.26 as measured in DESIGN.md
+    stock_ref_tok_s: float  # stock vLLM 0.26 as measured in DESIGN.md (0: none given)
     target_x: float
+    ceiling_x: float | None = None  # the issue's estimate of the best possible speedup
+    tp: int = 1  # tensor-parallel degree (GPUs of one engine)
     suffix: int = SUFFIX
     output: int = OUTPUT
 
@@ -29,12 +31,19 @@ class Workload:
         return max(self.prefix_lens) + self.suffix + self.output
 
 
+_W3 = tuple(2048 * i for i in range(1, 9))  # 8 teams, Lp = 2K, 4K, ..., 16K
+
 WORKLOADS = {w.name: w for w in (
-    Workload("W1", "llama-3.1-8b", (16384,), 256, 2070, 2.7),
-    Workload("W2", "llama-3.1-8b", (16384,), 512, 2130, 2.7),
-    Workload("W3", "llama-3.1-8b", tuple(2048 * i for i in range(1, 9)), 256, 2440, 2.5),
-    Workload("W4", "qwen2.5-14b", (16384,), 256, 1390, 2.5),
-    Workload("W5", "llama-3.1-8b", (1024,), 8, 1400, 0.98),
+    Workload("W1", "llama-3.1-8b", (16384,), 256, 2070, 2.7, 2.95),
+    Workload("W2", "llama-3.1-8b", (16384,), 512, 2130, 2.7, 2.95),
+    Workload("W3", "llama-3.1-8b", _W3, 256, 2440, 2.5, 2.9),
+    Workload("W4", "qwen2.5-14b", (16384,), 256, 1390, 2.5, 2.7),
+    Workload("W5", "llama-3.1-8b", (1024,), 8, 1400, 0.98, 1.0),
+    # Tensor parallel (issue 8): W1's and W3's shapes on bigger models, several GPUs.
+    Workload("W1-TP2", "qwen2.5-14b", (16384,), 256, 0, 2.3, tp=2),
+    Workload("W3-TP2", "qwen2.5-14b", _W3, 256, 0, 2.3, tp=2),
+    Workload("W1-TP4", "qwen2.5-32b", (16384,), 256, 0, 1.9, tp=4),
+    Workload("W3-TP4", "qwen2.5-32b", _W3, 256, 0, 1.9, tp=4),
 )}
 
 
