@@ -4,9 +4,12 @@ and tests/agents share it: engine start-ups cost 15-60 s each on a 2-core machin
 Ray runs on ``num_cpus=2`` with auth disabled and a private RAY_TMPDIR; the app is
 deploy/local.yaml's (agents routes and run service included) with two CPU replicas
 (0.5 CPU each), a fast sync period, its own registry file and its own run store. Tests
-talk to it over HTTP on 127.0.0.1. The app is session-scoped; tests that disturb it
-(replica and executor restarts) wait until it has recovered, and the platform's replica
-restart test runs last among the platform's (test_serve_replicas.py).
+talk to it over HTTP on 127.0.0.1, with API keys made for this session (``API_KEYS``: one
+per team, and the operator's), written to a keys file in the session's temp folder. The
+app is session-scoped; tests that disturb it (replica and executor restarts) wait until
+it has recovered, and the platform's replica restart test runs last among the
+platform's (test_serve_replicas.py), as tests/reliability/test_replica_kill.py does in
+its folder.
 """
 
 from __future__ import annotations
@@ -23,11 +26,22 @@ from typing import Any
 import httpx
 import pytest
 
+from granikv_platform.auth import OPERATOR, new_key, write_keys_file
+
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_YAML = REPO / "deploy" / "local.yaml"
 APP = "gkvtest"
 TEAM_HEADER = "X-GraniKV-Team"
 SYNC_PERIOD_S = 0.5
+TEAMS = ("red", "blue", "gold", "green", "fuzz")  # configured teams, each with a key
+# Made per session, never stored in the repository.
+API_KEYS: dict[str, str] = {who: new_key() for who in (*TEAMS, OPERATOR)}
+ADMIN = {"Authorization": f"Bearer {API_KEYS[OPERATOR]}"}
+
+
+def auth(team: str) -> dict[str, str]:
+    """Headers of a team's (or ``@admin``'s) calls."""
+    return {"Authorization": f"Bearer {API_KEYS[team]}"}
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -61,7 +75,10 @@ def app_args(tmp: Path, **replicas: Any) -> dict[str, Any]:
                             **replicas)
     args["registry"] = {"name": f"{APP}-registry-{os.getpid()}",
                         "state_path": str(tmp / "registry.json")}
-    args["teams"] = [*args["teams"], {"name": "green", "description": "a third team"}]
+    args["teams"] = [*args["teams"], {"name": "green", "description": "a third team"},
+                     {"name": "fuzz", "description": "schemathesis's (tests/reliability)"}]
+    write_keys_file(tmp / "api-keys", API_KEYS.items())
+    args["auth"] = {"mode": "keys", "keys_file": str(tmp / "api-keys")}
     for svc in args["services"]:  # the agents' run executor: its own file, quick retries
         if svc["name"] == "agents":
             svc["options"].update(store_path=str(tmp / "runs.sqlite"), retry={
@@ -115,8 +132,8 @@ def client(base_url: str) -> Iterator[Callable[[str | None], httpx.Client]]:
     made: list[httpx.Client] = []
 
     def make(team: str | None) -> httpx.Client:
-        headers = {TEAM_HEADER: team} if team else {}
-        c = httpx.Client(base_url=base_url, headers=headers, timeout=120)
+        """A client with ``team``'s API key (``@admin``: the operator's; None: no key)."""
+        c = httpx.Client(base_url=base_url, headers=auth(team) if team else {}, timeout=120)
         made.append(c)
         return c
 
@@ -126,7 +143,9 @@ def client(base_url: str) -> Iterator[Callable[[str | None], httpx.Client]]:
 
 
 def stats(url: str) -> dict[str, Any]:
-    return httpx.get(f"{url}/v1/granikv/stats", timeout=30).json()  # type: ignore[no-any-return]
+    r = httpx.get(f"{url}/v1/granikv/stats", headers=ADMIN, timeout=30)
+    r.raise_for_status()
+    return r.json()  # type: ignore[no-any-return]
 
 
 def counters(report: dict[str, Any]) -> dict[str, int]:

@@ -3,8 +3,10 @@
 Agent turns go through LangChain's ``ChatOpenAI`` at the team's OpenAI root
 ``{url}/teams/{team}/v1``: the platform puts the team context first as a system message
 and binds the request to the team's HOT prefix, so the client needs no ``extra_body``.
-The context is set and read with ``PUT/GET {url}/teams/{team}/context``. Retries are
-the graph's (``max_retries=0`` here), so every attempt is visible to it.
+The context is set and read with ``PUT/GET {url}/teams/{team}/context``. Every call
+carries the team's API key (``Authorization: Bearer``; ChatOpenAI's ``api_key``) and the
+team header, which must agree with the key. Retries are the graph's (``max_retries=0``
+here), so every attempt is visible to it.
 """
 
 from __future__ import annotations
@@ -30,13 +32,17 @@ from granikv_agents.team import Sampling
 
 
 class HttpTeamBackend:
-    def __init__(self, base_url: str, team: str, *, model: str | None = None,
-                 timeout_s: float = 300.0) -> None:
+    def __init__(self, base_url: str, team: str, *, api_key: str | None = None,
+                 model: str | None = None, timeout_s: float = 300.0) -> None:
+        """``api_key``: the team's key (None only for a platform with ``auth: none``)."""
         self.team = team
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._model = model
+        self._api_key = api_key
         headers = {TEAM_HEADER: team}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers,
                                        timeout=timeout_s)
         # ChatOpenAI's own clients: ours, not LangChain's process-wide cached one, which
@@ -76,7 +82,7 @@ class HttpTeamBackend:
         if s not in self._llms:
             self._llms[s] = ChatOpenAI(  # type: ignore[call-arg]
                 base_url=f"{self.base_url}/teams/{self.team}/v1",
-                api_key=SecretStr("unused"), model=await self.model(),
+                api_key=SecretStr(self._api_key or "none"), model=await self.model(),
                 max_tokens=s.max_tokens, temperature=s.temperature, seed=s.seed,
                 max_retries=0, timeout=self.timeout_s, http_async_client=self._openai_http,
                 default_headers={TEAM_HEADER: self.team})

@@ -8,6 +8,10 @@ Routes:
   POST /v1/chat/completions (the team context first, bound to its HOT prefix), and the
   routers of ``config.team_routers``.
 - Operations: GET /metrics (Prometheus), GET /v1/granikv/stats, GET /teams, GET /healthz.
+
+Access (``config.auth``, auth.py and identity.py): every route needs an API key except
+GET /healthz and the OpenAPI document (/openapi.json, /docs); /metrics and
+/v1/granikv/stats need the operator key. Bodies over ``limits.max_body_bytes`` are 413.
 """
 
 from __future__ import annotations
@@ -18,21 +22,29 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
 
+from granikv_platform.auth import Authenticator
 from granikv_platform.config import PlatformConfig, TeamConfig
-from granikv_platform.deps import enter_team
+from granikv_platform.deps import Authenticated, enter_team
+from granikv_platform.env import PlatformEnv
 from granikv_platform.errors import install_error_handlers
+from granikv_platform.limits import BodyLimit
 from granikv_platform.routes import openai, ops, prefixes, teams
 
 
-def create_app(cfg: PlatformConfig) -> FastAPI:
+def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAPI:
+    """``auth``: default from ``cfg.auth`` (reads the keys file; raises without one
+    when keys are required)."""
     app = FastAPI(title="GraniKV platform", version="0.1.0",
                   description="OpenAI-compatible serving with team-scoped HOT prefixes.")
+    app.state.granikv_auth = auth or Authenticator.from_config(
+        cfg.auth, PlatformEnv.from_environ().api_keys_file)
+    app.add_middleware(BodyLimit, max_bytes=cfg.limits.max_body_bytes)
     install_error_handlers(app)
     app.include_router(openai.router(cfg))
     app.include_router(prefixes.router())
     app.include_router(ops.router(cfg))
-    for path in cfg.extra_routers:
-        app.include_router(_factory(path)())
+    for path in cfg.extra_routers:  # any valid key (deps.py for finer checks)
+        app.include_router(_factory(path)(), dependencies=[Authenticated])
     for team in cfg.teams:
         mount = {"prefix": f"/teams/{team.name}",
                  "dependencies": [Depends(enter_team(team.name))]}  # caller == team

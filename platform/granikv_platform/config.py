@@ -168,6 +168,36 @@ class IngressConfig(_Strict):
                                      "first answer (504 after).")
 
 
+class AuthConfig(_Strict):
+    """Who may call the app. ``keys``: every route but /healthz and the OpenAPI document
+    needs ``Authorization: Bearer <key>``; the key names the team (see auth.py for the
+    keys file). ``none``: no keys, the team is the ``X-GraniKV-Team`` header (one trusted
+    machine only)."""
+
+    mode: Literal["keys", "none"] = Field("keys", description="keys (the default) or none.")
+    keys_file: str | None = Field(None, description="The API keys file on the ingress's "
+                                  "node (a mounted secret); default: the "
+                                  "GRANIKV_API_KEYS_FILE environment variable.")
+    reload_s: float = Field(5.0, gt=0, description="How often the ingress looks for a "
+                            "changed keys file (rotation without a restart).")
+
+
+class LimitsConfig(_Strict):
+    """Request limits; a request over one gets a 4xx that names it."""
+
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="Largest request "
+                                "body (413 above).")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="Largest prompt, in "
+                                          "tokens, after the chat template and the team "
+                                          "context (400 above); default max_model_len.")
+    max_prefix_tokens: int | None = Field(None, ge=1, description="Largest prefix or team "
+                                          "context (400 above); default max_model_len - 1.")
+    max_tokens: int = Field(4096, ge=1, description="Largest max_tokens / "
+                            "max_completion_tokens (400 above); also the default of a "
+                            "request that gives none.")
+    max_choices: int = Field(8, ge=1, description="Largest n and best_of (400 above).")
+
+
 class RegistryConfig(_Strict):
     name: str = Field("", description="Detached registry actor name; default "
                       "'<app name>-registry'.")
@@ -214,6 +244,8 @@ class PlatformConfig(_Strict):
     replicas: ReplicaConfig = Field(default_factory=lambda: ReplicaConfig.model_validate({}))
     ingress: IngressConfig = Field(default_factory=lambda: IngressConfig.model_validate({}))
     registry: RegistryConfig = Field(default_factory=lambda: RegistryConfig.model_validate({}))
+    auth: AuthConfig = Field(default_factory=lambda: AuthConfig.model_validate({}))
+    limits: LimitsConfig = Field(default_factory=lambda: LimitsConfig.model_validate({}))
     teams: list[TeamConfig] = Field(default_factory=list, description="Teams that get "
                                     "/teams/{team}/... routes.")
     extra_routers: list[str] = Field(default_factory=list, description="'module:factory' "

@@ -38,11 +38,29 @@ class DemoReport:
 
 
 def run_demo(url: str, spec: dict[str, Any], max_tokens: int | None = None,
-             echo: Callable[[str], None] = print) -> DemoReport:
-    """Run the team ``spec`` (a TeamSpec as JSON, context inline) through REST."""
+             echo: Callable[[str], None] = print, api_key: str | None = None,
+             admin_key: str | None = None) -> DemoReport:
+    """Run the team ``spec`` (a TeamSpec as JSON, context inline) through REST, with
+    the team's API key (and the operator's for the statistics)."""
     team = spec["team"]
-    http = httpx.Client(base_url=url, headers={"X-GraniKV-Team": team}, timeout=300)
-    before = _hits(http.get("/v1/granikv/stats").json())
+    http = httpx.Client(base_url=url, headers=_auth(api_key, team), timeout=300)
+    ops = httpx.Client(base_url=url, headers=_auth(admin_key), timeout=60)
+    try:
+        return _run(http, ops, spec, max_tokens, echo)
+    finally:
+        http.close()
+        ops.close()
+
+
+def _auth(key: str | None, team: str | None = None) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return {**headers, "X-GraniKV-Team": team} if team else headers
+
+
+def _run(http: httpx.Client, ops: httpx.Client, spec: dict[str, Any], max_tokens: int | None,
+         echo: Callable[[str], None]) -> DemoReport:
+    team = spec["team"]
+    before = _hits(_stats(ops))
     body = cap_tokens(spec, max_tokens) if max_tokens else spec
     start = http.post(f"/teams/{team}/runs", json={"spec": body})
     if start.status_code != 201:
@@ -64,7 +82,7 @@ def run_demo(url: str, spec: dict[str, Any], max_tokens: int | None = None,
     run = http.get(f"/teams/{team}/runs/{run_id}").json()
     echo(f"run {run_id} {run['status']}{': ' + run['error'] if run['error'] else ''}, "
          f"{len(run['turns'])} agent turns")
-    stats = _wait_for_hits(http, before + len(run["turns"]))
+    stats = _wait_for_hits(ops, before + len(run["turns"]))
     report = DemoReport(run, context, answers, stats)
     for line in format_stats(stats):
         echo(line)
@@ -95,6 +113,12 @@ def _events(http: httpx.Client, path: str) -> Iterator[tuple[str, dict[str, Any]
                 yield kind, json.loads(line[len("data: "):])
 
 
+def _stats(http: httpx.Client) -> dict[str, Any]:
+    r = http.get("/v1/granikv/stats")
+    r.raise_for_status()
+    return r.json()  # type: ignore[no-any-return]
+
+
 def _hits(stats: dict[str, Any]) -> int:
     return sum(r.get("granikv", {}).get("hits", {}).get("hits", 0)
                for r in stats.get("replicas", {}).values())
@@ -104,9 +128,9 @@ def _wait_for_hits(http: httpx.Client, want: int, timeout_s: float = 15.0) -> di
     """Replicas report every sync period: wait for reports made after our requests ended
     (newer than the ones seen now) that count them."""
     deadline = time.monotonic() + timeout_s
-    seen = _report_times(http.get("/v1/granikv/stats").json())
+    seen = _report_times(_stats(http))
     while True:
-        stats: dict[str, Any] = http.get("/v1/granikv/stats").json()
+        stats = _stats(http)
         times = _report_times(stats)
         fresh = all(t > seen.get(r, 0.0) for r, t in times.items())
         if (fresh and _hits(stats) >= want) or time.monotonic() > deadline:

@@ -8,7 +8,9 @@
         return r
 
 Routers under /teams/{team} are mounted with ``enter_team``: before any of their routes
-runs, the caller is checked against the path's team (``identity.resolve_team``).
+runs, the caller is checked against the path's team (``identity.resolve_team``). Every
+dependency here authenticates the caller first (``identity.caller``: the API key), and
+declares the bearer scheme in the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 
 from granikv_platform.errors import ApiError
-from granikv_platform.identity import optional_team, required_team, resolve_team
+from granikv_platform.identity import (
+    caller,
+    optional_team,
+    require_operator,
+    required_team,
+    resolve_team,
+)
 
 if TYPE_CHECKING:
     from granikv_platform.ingress import Ingress
@@ -31,10 +40,17 @@ def current_ingress() -> Ingress:
     return serve.get_replica_context().servable_object  # type: ignore[return-value]
 
 
-def enter_team(team: str) -> Callable[[Request], Awaitable[None]]:
+# Documents ``Authorization: Bearer <key>`` in the OpenAPI document; the check itself is
+# identity.caller's (OpenAI-shaped 401s, keys reloaded from the keys file).
+_bearer = HTTPBearer(auto_error=False, description="A team's API key (or the operator "
+                     "key for /metrics and /v1/granikv/stats).")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def enter_team(team: str) -> Callable[..., Awaitable[None]]:
     """Router-level dependency of /teams/{team}: the caller must be that team."""
 
-    async def dep(request: Request) -> None:
+    async def dep(request: Request, _: Bearer) -> None:
         request.state.granikv_team = resolve_team(request, path_team=team) or team
 
     return dep
@@ -56,8 +72,26 @@ async def raw_body(request: Request) -> dict[str, Any]:
     return body
 
 
+async def _required_team(request: Request, _: Bearer) -> str:
+    return await required_team(request)
+
+
+async def _optional_team(request: Request, _: Bearer) -> str | None:
+    return await optional_team(request)
+
+
+async def _operator(request: Request, _: Bearer) -> None:
+    require_operator(request)
+
+
+async def _authenticated(request: Request, _: Bearer) -> None:
+    caller(request)
+
+
 Ing = Annotated[Any, Depends(current_ingress)]  # Any: Ingress imports the routes
-RequiredTeam = Annotated[str, Depends(required_team)]
-OptionalTeam = Annotated[str | None, Depends(optional_team)]
+RequiredTeam = Annotated[str, Depends(_required_team)]
+OptionalTeam = Annotated[str | None, Depends(_optional_team)]
+Operator = Depends(_operator)  # route dependencies=[Operator]: operator keys only
+Authenticated = Depends(_authenticated)  # any valid key
 RouteTeam = Annotated[str, Depends(route_team)]
 RawBody = Annotated[dict[str, Any], Depends(raw_body)]

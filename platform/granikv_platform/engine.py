@@ -25,6 +25,7 @@ from vllm.entrypoints.openai.cli_args import FrontendArgs
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ErrorResponse
 from vllm.entrypoints.serve.tokenize.protocol import TokenizeChatRequest
+from vllm.entrypoints.serve.utils.error_response import create_error_response
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -46,8 +47,10 @@ class EngineHost:
 
     @classmethod
     async def start(cls, engine_args: dict[str, Any], vllm_config: Any = None,
-                    reinit_seed: int | None = None) -> EngineHost:
-        """``vllm_config``: built elsewhere (on a GPU, see placement.py), else here."""
+                    reinit_seed: int | None = None,
+                    max_prompt_tokens: int | None = None) -> EngineHost:
+        """``vllm_config``: built elsewhere (on a GPU, see placement.py), else here.
+        ``max_prompt_tokens``: refuse longer prompts (400) below max_model_len."""
         ea = AsyncEngineArgs(**engine_args)
         if vllm_config is None:
             vllm_config = make_vllm_config(engine_args)
@@ -62,6 +65,10 @@ class EngineHost:
         args = argparse.Namespace(**(vars(FrontendArgs()) | vars(ea)))
         await init_app_state(llm, state, args,
                              supported_tasks=await llm.get_supported_tasks())
+        if max_prompt_tokens is not None and max_prompt_tokens < llm.model_config.max_model_len:
+            cap_prompts(state.openai_serving_chat, "render_chat_request", max_prompt_tokens)
+            cap_prompts(state.openai_serving_completion, "render_completion_request",
+                        max_prompt_tokens)
         return cls(llm, state, throughput)
 
     def shutdown(self) -> None:
@@ -79,7 +86,10 @@ class EngineHost:
         except ValidationError as e:
             yield error_item(422, validation_message(e))
             return
-        out = await self.state.openai_serving_chat.create_chat_completion(request, None)
+        try:
+            out = await self.state.openai_serving_chat.create_chat_completion(request, None)
+        except Exception as e:  # vllm serve's exception handlers, as items
+            out = create_error_response(e)
         async for item in _items(out):
             yield item
 
@@ -89,7 +99,10 @@ class EngineHost:
         except ValidationError as e:
             yield error_item(422, validation_message(e))
             return
-        out = await self.state.openai_serving_completion.create_completion(request, None)
+        try:
+            out = await self.state.openai_serving_completion.create_completion(request, None)
+        except Exception as e:
+            out = create_error_response(e)
         async for item in _items(out):
             yield item
 
@@ -132,6 +145,28 @@ class EngineHost:
     async def stats(self) -> dict[str, Any]:
         return {"granikv": await acontrol(self.llm, "stats"),
                 "frontend": self.throughput.snapshot()}
+
+
+def cap_prompts(serving: Any, render: str, limit: int) -> None:
+    """Make ``serving.<render>`` (vLLM's chat / completion prompt renderer, which returns
+    the engine inputs or an ErrorResponse) refuse a prompt over ``limit`` tokens with a
+    400, before the request reaches the engine (streams included)."""
+    inner = getattr(serving, render)
+
+    async def capped(request: Any) -> Any:
+        out = await inner(request)
+        if isinstance(out, ErrorResponse):
+            return out
+        inputs = out[1] if isinstance(out, tuple) else out  # chat: (conversation, inputs)
+        for inp in inputs:
+            n = serving._extract_prompt_len(inp)
+            if n > limit:
+                return create_error_response(
+                    f"the prompt has {n} tokens; this platform accepts at most {limit} "
+                    "(limits.max_prompt_tokens)")
+        return out
+
+    setattr(serving, render, capped)
 
 
 def make_vllm_config(engine_args: dict[str, Any]) -> Any:

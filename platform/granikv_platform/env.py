@@ -20,13 +20,16 @@ class PlatformEnv:
     http_host: str  # GRANIKV_HTTP_HOST: overrides the config's http_options.host
     http_port: int | None  # GRANIKV_HTTP_PORT: overrides the config's http_options.port
     ray_address: str | None  # RAY_ADDRESS: join this cluster instead of starting one
+    api_keys_file: Path | None  # GRANIKV_API_KEYS_FILE: the API keys (config.auth.keys_file wins)
 
     @classmethod
     def from_environ(cls) -> PlatformEnv:
         port = os.environ.get("GRANIKV_HTTP_PORT")
+        keys = os.environ.get("GRANIKV_API_KEYS_FILE")
         return cls(
             config_path=Path(os.environ.get("GRANIKV_CONFIG", str(DEFAULT_LOCAL_CONFIG))),
             http_host=os.environ.get("GRANIKV_HTTP_HOST", ""),
             http_port=int(port) if port else None,
             ray_address=os.environ.get("RAY_ADDRESS") or None,
+            api_keys_file=Path(keys) if keys else None,
         )

@@ -1,8 +1,11 @@
 """Who is calling, and what a request may bind to.
 
-Team identity comes from the ``X-GraniKV-Team`` header for now. Every route resolves it
-through ``resolve_team`` (or the dependencies below), so the security work can replace
-the header with per-team API keys in this one place.
+The one place that decides a request's team. With ``auth.mode: keys`` (the default) the
+team is the API key's (``Authorization: Bearer <key>``, see auth.py): no key or an
+unknown key is 401, an ``X-GraniKV-Team`` header naming another team is 403, and so is
+a /teams/{team} route of another team. An operator key (``@admin``) reads /metrics and
+/v1/granikv/stats and nothing else. With ``auth.mode: none`` the team is the header (or
+the route's), and requests without one are anonymous.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Any
 
 from fastapi import Request
 
+from granikv_platform.auth import Authenticator, Principal
 from granikv_platform.config import TEAM_RE
 from granikv_platform.errors import ApiError
 
@@ -21,17 +25,44 @@ ANONYMOUS = "_anonymous"
 _ALLOWED_XARGS = {"granikv_team", "granikv_prefix_id"}
 
 
+def caller(request: Request) -> Principal:
+    """The request's principal (cached on the request); AuthError (401) without a
+    valid key when keys are required."""
+    cached = getattr(request.state, "granikv_principal", None)
+    if cached is None:
+        auth: Authenticator = request.app.state.granikv_auth
+        cached = auth.authenticate(request.headers.get("authorization"))
+        request.state.granikv_principal = cached
+    return cached  # type: ignore[no-any-return]
+
+
 def resolve_team(request: Request, path_team: str | None = None) -> str | None:
-    """The calling team, or None when the request names none. On a /teams/{team}
-    route the header, if given, must agree with the path."""
+    """The calling team, or None when the request names none (``auth: none`` only).
+    On a /teams/{team} route the caller must be that team."""
+    who = caller(request)
     header = request.headers.get(TEAM_HEADER)
     if header is not None and not TEAM_RE.match(header):
         raise ApiError(400, f"{TEAM_HEADER} must match {TEAM_RE.pattern}")
+    team = header
+    if who.keyed:
+        if who.team is None:
+            raise ApiError(403, "an operator key reads /metrics and /v1/granikv/stats "
+                           "only; use a team's key")
+        if header is not None and header != who.team:
+            raise ApiError(403, f"the API key is team {who.team!r}'s; {TEAM_HEADER} "
+                           f"names {header!r}")
+        team = who.team
     if path_team is not None:
-        if header is not None and header != path_team:
-            raise ApiError(403, f"{TEAM_HEADER} {header!r} may not use team {path_team!r}")
+        if team is not None and team != path_team:
+            raise ApiError(403, f"team {team!r} may not use team {path_team!r}'s routes")
         return path_team
-    return header
+    return team
+
+
+def require_operator(request: Request) -> None:
+    """Operations routes: an operator key (any caller with ``auth: none``)."""
+    if not caller(request).operator:
+        raise ApiError(403, "this route needs an operator key (@admin in the keys file)")
 
 
 async def optional_team(request: Request) -> str | None:
@@ -53,7 +84,10 @@ def bind_body(body: dict[str, Any], team: str | None,
     accepted from clients: registration goes through POST /v1/prefixes, so that the
     platform's registry stays the one list of prefixes.
     """
-    xargs = dict(body.get("vllm_xargs") or {})
+    xargs = body.get("vllm_xargs") or {}
+    if not isinstance(xargs, dict):
+        raise ApiError(400, "vllm_xargs must be an object")
+    xargs = dict(xargs)
     extra = sorted(k for k in xargs if k.startswith("granikv_") and k not in _ALLOWED_XARGS)
     if extra:
         raise ApiError(400, f"vllm_xargs {extra} are not accepted; register prefixes with "

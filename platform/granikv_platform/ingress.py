@@ -5,6 +5,11 @@ the config, so per-team routes and extra routers (``config.extra_routers`` /
 ``team_routers``, e.g. the agents' ``/teams/{team}/runs``) are imported there. Route
 functions reach this object through ``current_ingress`` (``deps.py``), and the
 ``config.services`` deployments through ``services[name]`` (Serve handles).
+
+A replica (or service) that died or is restarting is a 503 with ``Retry-After``
+(errors.py), never a 500: clients and the agents' retry policy try again, and Serve
+routes them to a live replica. A replica lost in the middle of a stream ends the stream
+with an inline OpenAI-shaped error.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from granikv_platform.app import create_app
 from granikv_platform.config import PlatformConfig
-from granikv_platform.errors import error_response
+from granikv_platform.errors import REPLICA_LOST, error_response, unavailable
 from granikv_platform.hub import HubClient, hub_client
 from granikv_platform.protocol import Item, error_item, wire_error
 
@@ -71,5 +76,8 @@ async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:
                 yield f"data: {json.dumps(wire_error(item)[1])}\n\n"
                 return
             yield item["sse"]
+    except REPLICA_LOST as e:  # the replica died mid-stream
+        lost = unavailable(e)
+        yield f"data: {json.dumps(wire_error(error_item(lost.status, lost.message))[1])}\n\n"
     finally:
         gen.cancel()  # a client that went away aborts the engine request

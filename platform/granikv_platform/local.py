@@ -1,10 +1,15 @@
-"""A local Ray cluster running the applications of a Serve config file (``make run``)."""
+"""A local Ray cluster running the applications of a Serve config file (``make run``),
+and the API keys of such a run."""
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
 
 import ray
 from ray import serve
 
+from granikv_platform.auth import OPERATOR, new_key, write_keys_file
 from granikv_platform.builder import build_app
 from granikv_platform.loader import ServeFile
 
@@ -28,3 +33,21 @@ def stop() -> None:
         serve.shutdown()
     finally:
         ray.shutdown()
+
+
+def with_keys_file(serve_file: ServeFile, path: Path) -> ServeFile:
+    """``serve_file`` whose apps that require API keys read them from ``path``."""
+    apps = [dataclasses.replace(a, config=a.config.model_copy(update={
+        "auth": a.config.auth.model_copy(update={"keys_file": str(path)})}))
+        if a.config.auth.mode == "keys" else a for a in serve_file.apps]
+    return dataclasses.replace(serve_file, apps=apps)
+
+
+def dev_keys(serve_file: ServeFile, folder: Path) -> tuple[ServeFile, dict[str, str]]:
+    """Fresh API keys (every configured team and the operator) in ``folder``/api-keys,
+    for a local run whose config names no keys file."""
+    teams = sorted({t.name for a in serve_file.apps for t in a.config.teams})
+    keys = {who: new_key() for who in [*teams, OPERATOR]}
+    path = folder / "api-keys"
+    write_keys_file(path, keys.items())
+    return with_keys_file(serve_file, path), keys

@@ -18,8 +18,10 @@ from granikv_engine.prefix_registry import PrefixError
 Item = dict[str, Any]
 
 _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-          404: "NotFoundError", 409: "ConflictError", 422: "UnprocessableEntityError",
-          500: "InternalServerError", 503: "ServiceUnavailableError"}
+          404: "NotFoundError", 405: "MethodNotAllowedError", 409: "ConflictError",
+          413: "RequestEntityTooLargeError", 422: "UnprocessableEntityError",
+          500: "InternalServerError", 503: "ServiceUnavailableError",
+          504: "GatewayTimeoutError"}
 
 
 def error_item(status: int, message: str, type_: str | None = None) -> Item:

@@ -21,6 +21,7 @@ from granikv_engine.prefix_registry import PrefixError, default_prefix_id
 from granikv_platform.config import PlatformConfig
 from granikv_platform.engine import EngineHost
 from granikv_platform.hub import hub_client
+from granikv_platform.limits import LimitExceeded, generation_body
 from granikv_platform.placement import gpu_vllm_config
 from granikv_platform.protocol import Item, error_item, prefix_error_item
 from granikv_platform.registry import PrefixSpec
@@ -39,7 +40,8 @@ class LLMReplica:
         args = self.cfg.engine_args()
         seed = self.cfg.engine.weight_seed if (
             self.cfg.engine.dummy_weights and self.cfg.engine.reinit_dummy_weights) else None
-        self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed)
+        self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed,
+                                             self.cfg.limits.max_prompt_tokens)
         self.sync = PrefixSync(self.engine, self.hub)
         self.inflight = 0
         await self._seed_team_contexts()
@@ -58,6 +60,11 @@ class LLMReplica:
             yield item
 
     async def _serve(self, body: dict[str, Any], run: Any) -> AsyncIterator[Item]:
+        try:  # max_tokens and n, here: the agents' calls do not pass the ingress
+            body = generation_body(body, self.cfg.limits)
+        except LimitExceeded as e:
+            yield error_item(400, str(e))
+            return
         xargs = body.get("vllm_xargs") or {}
         if "granikv_prefix_id" in xargs:
             try:  # this replica holds the prefix before the request is admitted
@@ -112,7 +119,10 @@ class LLMReplica:
 
     # ---- team contexts ------------------------------------------------------------
     async def set_team_context(self, team: str, text: str, source: str = "api") -> Item:
-        tokens = await self.engine.render_system(text)
+        try:
+            tokens = await self.engine.render_system(text)
+        except ValueError as e:  # the chat template refused it
+            return error_item(400, f"cannot render the context: {e}")
         bad = self._check_tokens(tokens)
         if bad is not None:
             return bad
@@ -160,10 +170,14 @@ class LLMReplica:
         return record_view(spec, rec)
 
     def _check_tokens(self, tokens: list[int]) -> Item | None:
-        limit = self.engine.max_model_len
-        if not tokens or len(tokens) >= limit:
-            return error_item(400, f"a prefix needs 1 to {limit - 1} tokens (max_model_len "
-                              f"{limit} leaves room for the request's own); got {len(tokens)}")
+        limit = self.engine.max_model_len - 1  # room for one token of the request's own
+        why = f"max_model_len {limit + 1} leaves room for the request's own"
+        configured = self.cfg.limits.max_prefix_tokens
+        if configured is not None and configured < limit:
+            limit, why = configured, "limits.max_prefix_tokens"
+        if not tokens or len(tokens) > limit:
+            return error_item(400, f"a prefix needs 1 to {limit} tokens ({why}); got "
+                              f"{len(tokens)}")
         vocab = self.engine.vocab_size
         if any(t < 0 or t >= vocab for t in tokens):
             return error_item(400, f"token ids must be in [0, {vocab})")

@@ -12,12 +12,18 @@ from typing import Any
 
 import httpx
 
+from granikv_agents import HttpTeamBackend
 from granikv_agents.binding import LLMCallError, Reply, TeamBackend, TransientLLMError, TurnRequest
 from granikv_agents.spec_file import load_spec
 from granikv_agents.state import ContextPin
-from tests.conftest import counters, fresh_stats, stats
+from tests.conftest import API_KEYS, counters, fresh_stats, stats
 
 TEAMS = Path(__file__).resolve().parents[2] / "deploy" / "teams"
+
+
+def http_backend(url: str, team: str) -> HttpTeamBackend:
+    """The HTTP binding (ChatOpenAI) as the team, with its API key."""
+    return HttpTeamBackend(url, team, api_key=API_KEYS[team])
 
 
 def fresh_review() -> dict[str, Any]:

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from granikv_agents import HttpTeamBackend, RunExecutor, load_spec
-from tests.agents.helpers import delta, same_pin, settled, wait_run
+from granikv_agents import RunExecutor, load_spec
+from tests.agents.helpers import delta, http_backend, same_pin, settled, wait_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 Client = Callable[[str | None], httpx.Client]
@@ -24,7 +24,7 @@ def run_over_http(base_url: str, db: Path, name: str) -> dict[str, Any]:
     spec = load_spec(TEAMS / f"{name}.yaml")
 
     async def go() -> dict[str, Any]:
-        async with RunExecutor.open(str(db), lambda t: HttpTeamBackend(base_url, t.name)) as ex:
+        async with RunExecutor.open(str(db), lambda t: http_backend(base_url, t.name)) as ex:
             rec = await ex.start(spec)
             assert (await ex.wait(rec.run_id, 300)).status == "succeeded"
             return await ex.view(rec.run_id)

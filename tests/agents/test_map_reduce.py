@@ -18,7 +18,10 @@ Client = Callable[[str | None], httpx.Client]
 
 
 def metric_hits(c: httpx.Client) -> float:
-    fams = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+    """``c``: a client with the operator key (/metrics shows every team's prefixes)."""
+    r = c.get("/metrics")
+    assert r.status_code == 200, r.text
+    fams = {f.name: f for f in text_string_to_metric_families(r.text)}
     return sum(s.value for s in fams["granikv_prefix_hits"].samples)
 
 
@@ -26,7 +29,9 @@ def test_review_team_pins_its_context_once_and_every_turn_hits_it(
         client: Client, base_url: str) -> None:
     red = client("red")
     body = {"spec": fresh_review()}
-    before, metric_before = totals(stats(base_url)), metric_hits(red)
+    ops = client("@admin")
+    assert red.get("/metrics").status_code == 403  # a team's key does not read /metrics
+    before, metric_before = totals(stats(base_url)), metric_hits(ops)
     start = red.post("/teams/red/runs", json=body)
     assert start.status_code == 201, start.text
     run = start.json()
@@ -52,7 +57,7 @@ def test_review_team_pins_its_context_once_and_every_turn_hits_it(
     assert d["hits"] == d[f"prefix:{ctx['prefix_id']}"] == 9, d  # every agent call hit it
     assert d["hit_tokens"] >= 9 * ctx["length"], d
     assert "bind_errors" not in d and "cold_fallbacks" not in d, d
-    assert metric_hits(red) - metric_before == 9  # /metrics says the same
+    assert metric_hits(ops) - metric_before == 9  # /metrics says the same
     contexts = [p for p in red.get("/v1/prefixes").json()["data"] if p["kind"] == "context"]
     assert [p["prefix_id"] for p in contexts] == [ctx["prefix_id"]] and contexts[0]["pinned"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from granikv_agents import HttpTeamBackend, RunExecutor, TeamSpec, load_spec
+from granikv_agents import RunExecutor, TeamSpec, load_spec
 from granikv_agents.graph import RetryConfig
-from tests.agents.helpers import FaultyBackend, delta, settled, totals
+from tests.agents.helpers import FaultyBackend, delta, http_backend, settled, totals
 from tests.conftest import stats
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
@@ -29,7 +29,7 @@ def test_interrupted_fan_out_resumes_without_repeating_finished_turns(
     reviewers = [a.name for a in spec.to_team().workers]
     broken = frozenset({"capacity", "docs"})
     db = str(tmp_path / "runs.sqlite")
-    first = FaultyBackend(HttpTeamBackend(base_url, "green"), fail_once=frozenset({"errors"}),
+    first = FaultyBackend(http_backend(base_url, "green"), fail_once=frozenset({"errors"}),
                           fail=broken, after=len(reviewers) - len(broken))
     before = totals(stats(base_url))
 
@@ -46,7 +46,7 @@ def test_interrupted_fan_out_resumes_without_repeating_finished_turns(
     assert failed["next"] and failed["result"] is None
     assert first.attempts["errors"] == 2 and first.calls["errors"] == 1  # retried in-run
 
-    second = FaultyBackend(HttpTeamBackend(base_url, "green"))  # a new process, healthy
+    second = FaultyBackend(http_backend(base_url, "green"))  # a new process, healthy
 
     async def resume_in_a_new_executor() -> dict[str, object]:
         async with RunExecutor.open(db, lambda _: second, QUICK) as ex:
@@ -80,7 +80,7 @@ def test_a_stopping_executor_drains_and_the_next_one_recovers(base_url: str,
     spec = spec.model_copy(update={"team": "green", "limits": spec.limits.model_copy(
         update={"rounds": 3, "concurrency": 1})})  # 10 turns, one at a time
     db = str(tmp_path / "runs.sqlite")
-    first = FaultyBackend(HttpTeamBackend(base_url, "green"))
+    first = FaultyBackend(http_backend(base_url, "green"))
 
     async def stop_after_two_turns() -> str:
         async with RunExecutor.open(db, lambda _: first, QUICK, drain_s=60) as ex:
@@ -90,7 +90,7 @@ def test_a_stopping_executor_drains_and_the_next_one_recovers(base_url: str,
             return rec.run_id  # leaving the block stops the executor: a drain
 
     run_id = asyncio.run(stop_after_two_turns())
-    second = FaultyBackend(HttpTeamBackend(base_url, "green"))
+    second = FaultyBackend(http_backend(base_url, "green"))
 
     async def recover() -> dict[str, object]:
         async with RunExecutor.open(db, lambda _: second, QUICK) as ex:

@@ -4,11 +4,14 @@ their helpers are re-exported here for the platform tests' imports."""
 from __future__ import annotations
 
 from tests.conftest import (
+    ADMIN,
+    API_KEYS,
     APP,
     LOCAL_YAML,
     SYNC_PERIOD_S,
     TEAM_HEADER,
     app_args,
+    auth,
     counters,
     free_port,
     fresh_stats,
@@ -16,5 +19,6 @@ from tests.conftest import (
     wait_until,
 )
 
-__all__ = ["APP", "LOCAL_YAML", "SYNC_PERIOD_S", "TEAM_HEADER", "app_args", "counters",
-           "free_port", "fresh_stats", "stats", "wait_until"]
+__all__ = ["ADMIN", "API_KEYS", "APP", "LOCAL_YAML", "SYNC_PERIOD_S", "TEAM_HEADER",
+           "app_args", "auth", "counters", "free_port", "fresh_stats", "stats",
+           "wait_until"]

@@ -13,9 +13,11 @@ HERE = "tests.platform.routers_example"
 
 
 def config(**kw: object) -> PlatformConfig:
+    """``auth: none``: these tests are about mounting (keys: tests/reliability)."""
     return PlatformConfig.model_validate({
         "model": {"model_id": "tiny", "source": "deploy/models/tiny-llama"},
-        "engine": {"accelerator": "cpu"}, "teams": [{"name": "red"}, {"name": "blue"}], **kw})
+        "engine": {"accelerator": "cpu"}, "teams": [{"name": "red"}, {"name": "blue"}],
+        "auth": {"mode": "none"}, **kw})
 
 
 def test_team_and_extra_routers_are_mounted() -> None:

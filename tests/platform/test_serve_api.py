@@ -1,4 +1,6 @@
-"""The HTTP API of a real GraniKV Serve app (two CPU replicas, the tiny model)."""
+"""The HTTP API of a real GraniKV Serve app (two CPU replicas, the tiny model), called
+with the session's API keys (tests/conftest.py). Access control has its own tests in
+tests/reliability/test_access.py."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.platform.conftest import counters, fresh_stats, stats
+from tests.platform.conftest import API_KEYS, counters, fresh_stats, stats
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 Client = Callable[[str | None], httpx.Client]
@@ -35,12 +37,13 @@ def chat_body(text: str, **kw: Any) -> dict[str, Any]:
 
 def test_models(client: Client) -> None:
     for path in ("/v1/models", "/teams/red/v1/models"):
-        r = client(None).get(path)
+        r = client("red").get(path)
         assert r.status_code == 200 and r.json()["data"][0]["id"] == MODEL
+        assert client(None).get(path).status_code == 401  # no key
 
 
 def test_chat_and_streaming_agree(client: Client) -> None:
-    c = client(None)
+    c = client("red")
     r = c.post("/v1/chat/completions", json=chat_body("hello there", ignore_eos=True))
     assert r.status_code == 200, r.text
     body = r.json()
@@ -59,7 +62,7 @@ def test_chat_and_streaming_agree(client: Client) -> None:
 
 
 def test_completions_text_and_tokens(client: Client) -> None:
-    c = client(None)
+    c = client("blue")
     for prompt in ("The quick brown fox", [1, 300, 301, 302]):
         r = c.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 5,
                                              "ignore_eos": True, "temperature": 0})
@@ -166,7 +169,7 @@ def test_team_root_puts_the_context_first_and_hits_it(client: Client, base_url: 
     assert ctx["state"] == "ready" and ctx["pinned"] and ctx["length"] > 300
     assert red.get("/teams/red/context").json()["text"] == RED_CONTEXT
     before = totals(stats(base_url))
-    agent = client(None)  # the path names the team; no header needed
+    agent = client("red")  # the key names the team; no header needed
     with ThreadPoolExecutor(6) as pool:
         outs = list(pool.map(lambda i: agent.post("/teams/red/v1/chat/completions",
                                                   json=chat_body(f"agent {i}: findings?")),
@@ -185,7 +188,7 @@ def test_langchain_chatopenai_on_the_team_root(base_url: str) -> None:
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
 
-    llm = ChatOpenAI(base_url=f"{base_url}/teams/blue/v1", api_key=SecretStr("unused"),
+    llm = ChatOpenAI(base_url=f"{base_url}/teams/blue/v1", api_key=SecretStr(API_KEYS["blue"]),
                      model=MODEL, temperature=0, max_tokens=6)  # type: ignore[call-arg]
     before = totals(stats(base_url))
     answer = llm.invoke("Plan the release in three steps.")
@@ -198,13 +201,12 @@ def test_config_seeded_context_is_ready(client: Client) -> None:
     r = client("blue").get("/teams/blue/context")
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "ready" and r.json()["text"].startswith("You are a planner")
-    assert client(None).get("/teams").json()["data"][0]["team"] == "red"
+    assert client("gold").get("/teams").json()["data"][0]["team"] == "red"
 
 
 def test_metrics_endpoint(client: Client) -> None:
-    c = client(None)
-    c.post("/teams/red/v1/chat/completions", json=chat_body("one more"))
-    r = c.get("/metrics")
+    client("red").post("/teams/red/v1/chat/completions", json=chat_body("one more"))
+    r = client("@admin").get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     fams = {f.name: f for f in text_string_to_metric_families(r.text)}
     assert fams["granikv_replicas"].samples[0].value == 2

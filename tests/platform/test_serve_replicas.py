@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.platform.conftest import APP, counters, fresh_stats, stats, wait_until
+from tests.platform.conftest import APP, auth, counters, fresh_stats, stats, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 Client = Callable[[str | None], httpx.Client]
@@ -22,7 +22,8 @@ RED_CONTEXT = (Path(__file__).resolve().parents[2] / "deploy" / "contexts" / "re
 def team_round(base_url: str, n: int) -> dict[str, dict[str, int]]:
     """``n`` concurrent red-team chats; per-replica counter deltas from fresh reports."""
     before = stats(base_url)
-    with httpx.Client(base_url=base_url, timeout=120) as c, ThreadPoolExecutor(n) as pool:
+    with httpx.Client(base_url=base_url, headers=auth("red"), timeout=120) as c, \
+            ThreadPoolExecutor(n) as pool:
         outs = list(pool.map(lambda i: c.post("/teams/red/v1/chat/completions", json={
             "model": "tiny-llama", "max_tokens": 4,
             "messages": [{"role": "user", "content": f"agent {i}"}]}), range(n)))
@@ -58,7 +59,7 @@ def test_restarted_replica_repins_the_team_prefixes(client: Client, base_url: st
     import ray
 
     assert client("red").put("/teams/red/context", json={"text": RED_CONTEXT}).status_code == 200
-    teams = [t["team"] for t in client(None).get("/teams").json()["data"]]
+    teams = [t["team"] for t in client("red").get("/teams").json()["data"]]
     pinned = len([p for team in teams
                   for p in client(team).get("/v1/prefixes").json()["data"] if p["pinned"]])
     old = set(stats(base_url)["replicas"])

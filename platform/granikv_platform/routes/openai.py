@@ -24,16 +24,16 @@ def router(cfg: PlatformConfig) -> APIRouter:
     r = APIRouter(tags=["openai"])
 
     @r.get("/v1/models", response_model=ModelList)
-    async def models() -> ModelList:
+    async def models(_: OptionalTeam) -> ModelList:
         return model_list(cfg)
 
     @r.post("/v1/chat/completions")
-    async def chat(_: ChatCompletionRequest, body: RawBody, team: OptionalTeam,
+    async def chat(team: OptionalTeam, _: ChatCompletionRequest, body: RawBody,
                    ing: Ing) -> Response:
         return await ing.openai("chat", bind_body(body, team))  # type: ignore[no-any-return]
 
     @r.post("/v1/completions")
-    async def completions(_: CompletionRequest, body: RawBody, team: OptionalTeam,
+    async def completions(team: OptionalTeam, _: CompletionRequest, body: RawBody,
                           ing: Ing) -> Response:
         return await ing.openai("completions", bind_body(body, team))  # type: ignore[no-any-return]
 

@@ -1,5 +1,9 @@
 """Operations: /metrics (Prometheus), /v1/granikv/stats (the same, as JSON), /teams,
-/healthz."""
+/healthz.
+
+/metrics and /v1/granikv/stats need the operator key: they show every team's prefix ids
+and traffic. /teams needs any key; /healthz none (liveness probes).
+"""
 
 from __future__ import annotations
 
@@ -10,23 +14,23 @@ from starlette.responses import Response
 
 from granikv_platform import metrics
 from granikv_platform.config import PlatformConfig
-from granikv_platform.deps import Ing
+from granikv_platform.deps import Authenticated, Ing, Operator
 
 
 def router(cfg: PlatformConfig) -> APIRouter:
     r = APIRouter(tags=["operations"])
 
-    @r.get("/metrics", response_class=Response)
+    @r.get("/metrics", response_class=Response, dependencies=[Operator])
     async def prometheus(ing: Ing) -> Response:
         return Response(metrics.render(await ing.reports()), media_type=metrics.CONTENT_TYPE)
 
-    @r.get("/v1/granikv/stats")
+    @r.get("/v1/granikv/stats", dependencies=[Operator])
     async def stats(ing: Ing) -> dict[str, Any]:
         """Latest report of each live replica: engine (HOT/COLD, hits, dispatcher) and
         front end (queue depth, tokens/s)."""
         return {"model": cfg.model.model_id, "replicas": await ing.reports()}
 
-    @r.get("/teams")
+    @r.get("/teams", dependencies=[Authenticated])
     async def teams() -> dict[str, Any]:
         return {"object": "list", "data": [
             {"team": t.name, "description": t.description, "base_url": f"/teams/{t.name}/v1"}

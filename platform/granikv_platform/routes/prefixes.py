@@ -1,4 +1,4 @@
-"""Prefix API, scoped to the calling team (``X-GraniKV-Team``).
+"""Prefix API, scoped to the calling team (its API key).
 
 Another team's prefix id is 403 on every route (as in the engine's registry), an
 unknown one 404; a taken id with other tokens is 409.
@@ -31,7 +31,7 @@ def router() -> APIRouter:
 
     @r.post("", status_code=201, response_model=PrefixRecord,
             responses={200: {"description": "Already registered (same tokens)."}})
-    async def register(body: PrefixCreate, team: RequiredTeam, ing: Ing) -> JSONResponse:
+    async def register(team: RequiredTeam, body: PrefixCreate, ing: Ing) -> JSONResponse:
         item = await ing.call("register_prefix", team, body.model_dump())
         return _answer(item, 201 if item.get("created") else 200)
 
@@ -40,11 +40,11 @@ def router() -> APIRouter:
         return _answer(await ing.call("list_prefixes", team))
 
     @r.get("/{prefix_id}", response_model=PrefixRecord)
-    async def get(prefix_id: PrefixId, team: RequiredTeam, ing: Ing) -> JSONResponse:
+    async def get(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> JSONResponse:
         return _answer(await ing.call("get_prefix", team, prefix_id))
 
     @r.delete("/{prefix_id}")
-    async def delete(prefix_id: PrefixId, team: RequiredTeam, ing: Ing) -> JSONResponse:
+    async def delete(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> JSONResponse:
         return _answer(await ing.call("delete_prefix", team, prefix_id))
 
     return r

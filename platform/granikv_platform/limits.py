@@ -1,0 +1,92 @@
+"""Request limits (``config.limits``), each refused with a 4xx that names it.
+
+- Body size: ``BodyLimit``, an ASGI middleware of the ingress app. 413 from the
+  Content-Length header before anything is read, or as soon as a streamed body passes
+  the limit.
+- max_tokens and n: ``generation_body``, applied by the LLM replica to every chat and
+  completion (HTTP routes and the agents' Serve-handle calls alike); a request without
+  max_tokens gets the limit as its default.
+- Prompt and prefix tokens: counted where the tokens are known, in the replica
+  (``EngineHost`` after the chat template; ``LLMReplica`` for prefixes).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeGuard
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from granikv_platform.config import LimitsConfig
+
+
+class BodyTooLarge(HTTPException):
+    """An HTTPException, so that FastAPI's body reader lets it through unchanged."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body exceeds {limit} bytes "
+                         "(limits.max_body_bytes)")
+
+
+class BodyLimit:
+    """413 for a body over ``max_bytes``, announced (Content-Length) or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _send_413(send, self.max_bytes)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)  # the app's handler answers 413
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    body = json.dumps({"error": {"message": BodyTooLarge(limit).detail,
+                                 "type": "RequestEntityTooLargeError", "code": 413}}).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class LimitExceeded(ValueError):
+    """A request over a limit (HTTP 400)."""
+
+
+def generation_body(body: dict[str, Any], limits: LimitsConfig) -> dict[str, Any]:
+    """``body`` with max_tokens defaulted; LimitExceeded when over a limit."""
+    caps = {"max_tokens": ("max_tokens", limits.max_tokens),
+            "max_completion_tokens": ("max_tokens", limits.max_tokens),
+            "n": ("max_choices", limits.max_choices),
+            "best_of": ("max_choices", limits.max_choices)}
+    for key, (name, limit) in caps.items():
+        value = body.get(key)
+        if _number(value) and value > limit:
+            raise LimitExceeded(f"{key} {value} exceeds this platform's limit "
+                                f"({limit}, limits.{name})")
+    if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+        return {**body, "max_tokens": limits.max_tokens}
+    return body
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
