@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -64,10 +65,17 @@ def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
     kw: dict[str, Any] = dict(model=folder, load_format="dummy", skip_tokenizer_init=True,
                               enable_prefix_caching=True, max_model_len=max_len, seed=0,
                               disable_log_stats=False, max_num_seqs=512)
-    if tp > 1:  # vLLM's multiprocessing executor, one worker per GPU, NCCL between them
+    if tp > 1:  # vLLM's multiprocessing executor, one worker per GPU, NCCL between them.
+        # FlashInfer's fused all-reduce + RMSNorm picks its "mnnvl" backend on one node,
+        # which needs NVLink multicast (off on the lent machines; it faulted there): off
+        # for every engine alike, so all-reduce is vLLM's custom (CUDA IPC) one.
         kw.update(tensor_parallel_size=tp, distributed_executor_backend="mp")
+        if gpu:
+            extra = {**extra, "compilation_config": {
+                **extra.get("compilation_config", {}),
+                "pass_config": {"fuse_allreduce_rms": False}}}
     if gpu:  # both engines alike; async scheduling is vLLM's GPU default, made explicit
-        kw["gpu_memory_utilization"] = 0.9
+        kw["gpu_memory_utilization"] = float(os.environ.get("GRANIKV_BENCH_GPU_MEM", "0.9"))
         kw["async_scheduling"] = True
         # Start-up only: FlashInfer autotuning and its sampler's JIT (greedy decoding
         # never uses it) cost ~100 s per fresh machine; off for every engine alike.
@@ -143,9 +151,19 @@ def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
     return res
 
 
-def main() -> None:
-    import os
+def take_turn(sync: Path, turn: int, peers: int) -> None:
+    """Engines that share the GPUs (``bench/run.py``'s ``a~b``) start at the same time but
+    are timed one at a time: ready when all have started, then in turn order, so that no
+    engine's start-up (compile, CUDA graphs, calibration) overlaps another's timing."""
+    sync.mkdir(parents=True, exist_ok=True)
+    (sync / f"ready-{turn}").touch()
+    while not all((sync / f"ready-{i}").exists() for i in range(peers)):
+        time.sleep(0.5)
+    while turn and not (sync / f"done-{turn - 1}").exists():
+        time.sleep(0.5)
 
+
+def main() -> None:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # see make_llm
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True,
@@ -160,6 +178,10 @@ def main() -> None:
                     help="granikv: these workloads also run with the paged backend only")
     ap.add_argument("--capture-sizes", default="1,2,4,8,16,32,64,128,256,512",
                     help="CUDA graph capture sizes, the same for every engine")
+    ap.add_argument("--sync", type=Path, default=None,
+                    help="engines sharing the GPUs: start together, time one at a time")
+    ap.add_argument("--turn", type=int, default=0, help="with --sync: this engine's turn")
+    ap.add_argument("--peers", type=int, default=1, help="with --sync: engines in all")
     args = ap.parse_args()
     ws = [WORKLOADS[n] for n in args.workloads.split(",")]
     tps = {w.tp for w in ws}
@@ -181,6 +203,8 @@ def main() -> None:
     start_s = time.perf_counter() - t0
     llm.collective_rpc("granikv_reinit_weights")
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
+    if args.sync:
+        take_turn(args.sync, args.turn, args.peers)
     args.out.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"env": environment(), "engine": args.engine, "model": args.model,
                            "tp": tp, "engine_start_s": start_s, "results": []}
@@ -198,6 +222,8 @@ def main() -> None:
             print(f"[{name}] {w.name}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s", flush=True)
             out = args.out / f"e2e-{tag}-{args.engine}.json"
             out.write_text(json.dumps(doc, indent=1))
+    if args.sync:
+        (args.sync / f"done-{args.turn}").touch()
 
 
 if __name__ == "__main__":

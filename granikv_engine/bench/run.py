@@ -10,14 +10,17 @@ into docs/benchmarks/ (markdown + PNG).
 
 ``--phases a+b,c`` runs ``a`` and ``b`` at the same time, each on a GPU of its own
 (CUDA_VISIBLE_DEVICES), then ``c`` on all GPUs: on a 2-GPU machine, stock and GraniKV
-side by side in half the time. NVLink multicast stays off (NCCL, PyTorch, NVSHMEM and
-vLLM's symmetric-memory all-reduce) for every engine alike.
+side by side in half the time. ``a~b`` starts both engines on all GPUs at once (each with
+its share of the memory), then times ``a`` and ``b`` one after the other while the other
+idles: the start-ups overlap, the timed runs do not. NVLink multicast stays off (NCCL,
+PyTorch, NVSHMEM, vLLM's symmetric-memory and FlashInfer's all-reduce) for every engine.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,7 +48,8 @@ PHASES: dict[str, list[str]] = {
        for eng in ("stock", "granikv")},
 }
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                "NVSHMEM_DISABLE_NVLS": "1", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
+                "NVSHMEM_DISABLE_NVLS": "1", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+                "VLLM_FLASHINFER_ALLREDUCE_BACKEND": "trtllm"}
 
 
 def main() -> None:
@@ -58,34 +62,49 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for group in args.phases.split(","):
-        phases = group.split("+")
+        shared = "~" in group
+        phases = group.split("~" if shared else "+")
+        sync = args.out / f"sync-{'-'.join(phases)}"
+        shutil.rmtree(sync, ignore_errors=True)  # a earlier run's turns are not this one's
         t0 = time.time()
         procs = []
-        for gpu, phase in enumerate(phases):
+        for i, phase in enumerate(phases):
             cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
             if args.workloads and phase in ("stock", "granikv", "stock-cascade"):
                 cmd[cmd.index("--workloads") + 1] = args.workloads
             if phase == "kernels":
                 cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
             env = {**os.environ, **NO_MULTICAST}
-            if len(phases) > 1:
-                env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            if shared:  # all GPUs, memory split, timed one at a time (e2e.take_turn)
+                cmd += ["--sync", str(sync), "--turn", str(i), "--peers", str(len(phases))]
+                env["GRANIKV_BENCH_GPU_MEM"] = f"{0.88 / len(phases):.3f}"
+            elif len(phases) > 1:
+                env["CUDA_VISIBLE_DEVICES"] = str(i)
             log = (args.out / f"{phase}.log").open("w")
             # Own process group: on a timeout the engine core and workers go too, and
             # the next phase starts on a free GPU.
-            procs.append((phase, log, subprocess.Popen(
+            procs.append((i, phase, log, subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)))
-        for phase, log, proc in procs:
-            left = max(1.0, args.timeout - (time.time() - t0))
-            try:
-                rc: int | str = proc.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
-            _kill_group(proc)
-            log.close()
-            tail = (args.out / f"{phase}.log").read_text().splitlines()[-12:]
-            print(f"== {phase}: rc={rc} in {time.time() - t0:.0f}s", flush=True)
-            print("\n".join(line[:200] for line in tail), flush=True)
+        left = list(procs)
+        while left:
+            for item in list(left):
+                i, phase, log, proc = item
+                rc: int | str | None = proc.poll()
+                if rc is None and time.time() - t0 < args.timeout:
+                    continue
+                if rc is None:
+                    rc = "timeout"
+                _kill_group(proc)
+                log.close()
+                left.remove(item)
+                if shared:  # a peer that died must not hold the others up
+                    sync.mkdir(parents=True, exist_ok=True)
+                    for f in (f"ready-{i}", f"done-{i}"):
+                        (sync / f).touch()
+                tail = (args.out / f"{phase}.log").read_text().splitlines()[-12:]
+                print(f"== {phase}: rc={rc} in {time.time() - t0:.0f}s", flush=True)
+                print("\n".join(line[:200] for line in tail), flush=True)
+            time.sleep(1)
         _wait_gpu_free()
 
 
