@@ -76,6 +76,9 @@ def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
                 "pass_config": {"fuse_allreduce_rms": False}}}
     if gpu:  # both engines alike; async scheduling is vLLM's GPU default, made explicit
         kw["gpu_memory_utilization"] = float(os.environ.get("GRANIKV_BENCH_GPU_MEM", "0.9"))
+        if kv_gib := os.environ.get("GRANIKV_BENCH_KV_GIB"):  # engines sharing the GPUs:
+            # a fixed KV size, not one profiled while the other engine allocates
+            kw["kv_cache_memory_bytes"] = int(float(kv_gib) * 2**30)
         kw["async_scheduling"] = True
         # Start-up only: FlashInfer autotuning and its sampler's JIT (greedy decoding
         # never uses it) cost ~100 s per fresh machine; off for every engine alike.

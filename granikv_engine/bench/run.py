@@ -78,6 +78,7 @@ def main() -> None:
             if shared:  # all GPUs, memory split, timed one at a time (e2e.take_turn)
                 cmd += ["--sync", str(sync), "--turn", str(i), "--peers", str(len(phases))]
                 env["GRANIKV_BENCH_GPU_MEM"] = f"{0.88 / len(phases):.3f}"
+                env.setdefault("GRANIKV_BENCH_KV_GIB", "32")  # per GPU, the same for all
             elif len(phases) > 1:
                 env["CUDA_VISIBLE_DEVICES"] = str(i)
             log = (args.out / f"{phase}.log").open("w")
