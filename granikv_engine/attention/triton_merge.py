@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+# Sizes change every step: no specialisation on them (each new one would JIT mid-run).
+@triton.jit(do_not_specialize=["n_tokens", "n_hot"])
 def _merge_indexed(out_ptr, s_lse_ptr, h_out_ptr, h_lse_ptr, idx_ptr,
                    n_tokens, n_hot, stride_ot, stride_oh, stride_ht, stride_hh,
                    HEAD: tl.constexpr, BLOCK_D: tl.constexpr):

@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=560, help="per phase, seconds")
     ap.add_argument("--workloads", default="", help="override the Llama phases' workloads")
     ap.add_argument("--kernel-budget", default="150")
+    ap.add_argument("--attribution", default="W1,W3",
+                    help="the granikv phase's paged-only runs ('none': skip them)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for group in args.phases.split(","):
@@ -74,6 +76,9 @@ def main() -> None:
                 cmd[cmd.index("--workloads") + 1] = args.workloads
             if phase == "kernels":
                 cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
+            if "--attribution" in cmd:
+                at = cmd.index("--attribution")
+                cmd[at + 1] = "" if args.attribution == "none" else args.attribution
             env = {**os.environ, **NO_MULTICAST}
             if shared:  # all GPUs, memory split, timed one at a time (e2e.take_turn)
                 cmd += ["--sync", str(sync), "--turn", str(i), "--peers", str(len(phases))]
