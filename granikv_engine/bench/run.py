@@ -38,6 +38,8 @@ PHASES: dict[str, list[str]] = {
                 "--workloads", "W5,W1,W2,W3", "--attribution", "W1,W3"],
     "stock-cascade": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock-cascade",
                       "--workloads", "W1,W3"],
+    "granikv-paged": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv-paged",
+                      "--workloads", "W1,W3"],
     "w4-stock": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock",
                  "--model", "qwen2.5-14b", "--workloads", "W4"],
     "w4-granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
@@ -59,6 +61,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=560, help="per phase, seconds")
     ap.add_argument("--workloads", default="", help="override the Llama phases' workloads")
     ap.add_argument("--kernel-budget", default="150")
+    ap.add_argument("--hot-slots", default="", help="the GraniKV phases' HOT arena size")
     ap.add_argument("--attribution", default="W1,W3",
                     help="the granikv phase's paged-only runs ('none': skip them)")
     args = ap.parse_args()
@@ -72,10 +75,13 @@ def main() -> None:
         procs = []
         for i, phase in enumerate(phases):
             cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
-            if args.workloads and phase in ("stock", "granikv", "stock-cascade"):
+            if args.workloads and phase in ("stock", "granikv", "stock-cascade",
+                                            "granikv-paged"):
                 cmd[cmd.index("--workloads") + 1] = args.workloads
             if phase == "kernels":
                 cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
+            if args.hot_slots and phase.startswith("granikv"):
+                cmd += ["--hot-slots", args.hot_slots]
             if "--attribution" in cmd:
                 at = cmd.index("--attribution")
                 cmd[at + 1] = "" if args.attribution == "none" else args.attribution
