@@ -135,6 +135,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=Path, nargs="+", required=True)
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    ap.add_argument("--name", default="e2e", help="end-to-end files: NAME.md, NAME.png")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs, kernels = load(args.runs)
@@ -144,11 +145,11 @@ def main() -> None:
     if runs:
         table, speed = e2e_table(runs)
         cmds = sorted({r["env"]["command"] for r in runs})
-        (args.out / "e2e.md").write_text(
+        (args.out / f"{args.name}.md").write_text(
             "# End to end: stock vLLM 0.26 vs GraniKV\n\n" + head + "\nCommands:\n"
             + "".join(f"- `{c}`\n" for c in cmds) + "\n" + table + "\n\n## Per step\n\n"
             + step_table(runs) + "\n")
-        e2e_plot(speed, args.out / "e2e.png")
+        e2e_plot(speed, args.out / f"{args.name}.png")
     if kernels:
         (args.out / "kernels.md").write_text(
             "# Kernels, per layer (decode step)\n\n" + head + f"\nCommand: `"
