@@ -3,10 +3,12 @@
 A run is a LangGraph thread (run id = thread id) checkpointed by LangGraph's
 ``AsyncSqliteSaver`` with ``durability="sync"``: every finished agent turn is saved as a
 pending write of its superstep, so a resumed run re-executes only the turns that had
-not finished. The executor owns the file (one writer) and keeps, per run, the asyncio
-task that drives it (``owner.py``: a second executor on the same file waits, then
-fails). Opening an executor marks the runs a previous one left "running"
-as "interrupted" (it died mid-run); ``recover()`` resumes them from their checkpoints.
+not finished. A turn is reported (its event) only once its write is saved
+(``TurnSaver.flush``), so a reported turn never runs again. The executor owns the file
+(one writer) and keeps, per run, the asyncio task that drives it (``owner.py``: a
+second executor on the same file waits, then fails). Opening an executor marks the runs
+a previous one left "running" as "interrupted" (it died mid-run); ``recover()`` resumes
+them from their checkpoints.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -35,6 +37,42 @@ from granikv_agents.team import Team
 Bind = Callable[[Team], TeamBackend]
 
 
+class TurnSaver(AsyncSqliteSaver):
+    """LangGraph's SQLite saver, whose pending-write saves can be awaited (``flush``).
+
+    LangGraph saves a finished task's writes in a background task and streams the task's
+    update without waiting for it. An executor that reported a turn at once and then died
+    before the write reached the file would run that turn again after the resume. The
+    executor therefore flushes before it reports: a reported turn is in the checkpoint.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        super().__init__(conn)
+        self._saving: set[asyncio.Future[None]] = set()
+
+    def aput_writes(  # type: ignore[override]  # a plain def: registered when LangGraph submits it
+            self, config: RunnableConfig, writes: Any, task_id: str,
+            task_path: str = "") -> Coroutine[Any, Any, None]:
+        save = super().aput_writes(config, writes, task_id, task_path)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # the sync API, from another thread: nothing to track
+            return save
+        saving = asyncio.ensure_future(save)
+        self._saving.add(saving)
+        saving.add_done_callback(self._saving.discard)
+        return _shielded(saving)
+
+    async def flush(self) -> None:
+        """Wait for every write save started so far (their errors are LangGraph's)."""
+        if self._saving:
+            await asyncio.gather(*list(self._saving), return_exceptions=True)
+
+
+async def _shielded(saving: asyncio.Future[None]) -> None:
+    await asyncio.shield(saving)  # a cancelled graph step does not cancel the save
+
+
 class RunNotFound(KeyError):
     status = 404
 
@@ -44,7 +82,7 @@ class RunConflict(Exception):
 
 
 class RunExecutor:
-    def __init__(self, store: RunStore, saver: AsyncSqliteSaver, bind: Bind,
+    def __init__(self, store: RunStore, saver: TurnSaver, bind: Bind,
                  retry: RetryConfig | None = None) -> None:
         self.store = store
         self.saver = saver
@@ -62,7 +100,7 @@ class RunExecutor:
         try:
             store = await RunStore.open(path)
             conn = await aiosqlite.connect(path)
-            saver = AsyncSqliteSaver(conn)
+            saver = TurnSaver(conn)
             await saver.setup()
             ex = cls(store, saver, bind, retry)
             try:
@@ -182,6 +220,7 @@ class RunExecutor:
                     {"task": team.task} if fresh else None, config,
                     context=RunContext.of(team, backend), stream_mode="updates",
                     durability="sync", control=control):
+                await self.saver.flush()  # what is reported is in the checkpoint
                 for type_, data in update_events(chunk):
                     await self._event(run_id, type_, data)
             await self._finish(run_id, "succeeded")

@@ -1,0 +1,96 @@
+"""A turn is reported (its ``turn`` event) only once its result is in the checkpoint.
+
+LangGraph saves a finished task's writes in a background task and streams the task's
+update without waiting for it. An executor that recorded the event at once and then
+died before the write reached the file would run that turn again after the resume: a
+finished turn repeated (seen with a real executor killed by tests/reliability's replica
+kill test). Here the checkpoint's writes are slowed down, and the executor "dies" (its
+run cancelled, the writes still in flight dropped) as soon as a turn is reported. The
+resumed run must not run a reported turn again. No Ray, no engine: a fake backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from granikv_agents import RunExecutor, load_spec
+from granikv_agents.binding import Reply, TurnRequest
+from granikv_agents.graph import RetryConfig
+from granikv_agents.state import ContextPin
+
+TEAMS = Path(__file__).resolve().parents[2] / "deploy" / "teams"
+QUICK = RetryConfig(max_attempts=2, initial_interval_s=0.05, max_interval_s=0.1)
+
+
+class FakeBackend:
+    def __init__(self, team: str) -> None:
+        self.team = team
+        self.calls: Counter[str] = Counter()
+
+    async def pin_context(self, text: str) -> ContextPin:
+        return ContextPin(prefix_id=f"{self.team}-ctx", length=len(text), state="ready",
+                          pinned=True, hot_start=1, reused=False)
+
+    async def read_context(self) -> ContextPin | None:
+        return await self.pin_context("x")
+
+    async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
+        self.calls[request.agent] += 1
+        await asyncio.sleep(0.01)
+        return Reply(text=f"{request.agent} says hi", prompt_tokens=3, completion_tokens=3)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_reported_turn_is_never_run_again(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(TEAMS / "review.yaml")
+    spec = spec.model_copy(update={"limits": spec.limits.model_copy(
+        update={"concurrency": 1})})  # turns finish one at a time
+    db = str(tmp_path / "runs.sqlite")
+    dead = {"now": False}
+    save = AsyncSqliteSaver.aput_writes
+
+    async def slow_writes(self: Any, config: Any, writes: Any, task_id: str,
+                          task_path: str = "") -> None:
+        await asyncio.sleep(0.3)
+        if dead["now"]:
+            return  # the process died before this write reached the file
+        await save(self, config, writes, task_id, task_path)
+
+    monkeypatch.setattr(AsyncSqliteSaver, "aput_writes", slow_writes)
+    first, second = FakeBackend("red"), FakeBackend("red")
+
+    async def die_after_the_first_reported_turn() -> tuple[str, set[str]]:
+        async with RunExecutor.open(db, lambda _: first, QUICK, drain_s=0) as ex:
+            rec = await ex.start(spec)
+            while True:
+                events = await ex.store.events(rec.run_id, 0)
+                reported = {e.view()["agent"] for e in events if e.type == "turn"}
+                if reported:
+                    break
+                await asyncio.sleep(0.005)
+            dead["now"] = True  # from here on nothing reaches the file
+            ex._tasks[rec.run_id].cancel()
+            return rec.run_id, reported
+
+    run_id, reported = asyncio.run(die_after_the_first_reported_turn())
+    dead["now"] = False
+
+    async def resume() -> list[Any]:
+        async with RunExecutor.open(db, lambda _: second, QUICK) as ex:
+            await ex.resume(run_id)
+            assert (await ex.wait(run_id, 60)).status == "succeeded"
+            return await ex.store.events(run_id, 0)
+
+    events = asyncio.run(resume())
+    logged = Counter(e.view()["agent"] for e in events if e.type == "turn")
+    assert not reported & set(second.calls), (reported, second.calls)  # not run again
+    assert set(logged.values()) == {1} and len(logged) == 9, logged
