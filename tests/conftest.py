@@ -33,10 +33,15 @@ LOCAL_YAML = REPO / "deploy" / "local.yaml"
 APP = "gkvtest"
 TEAM_HEADER = "X-GraniKV-Team"
 SYNC_PERIOD_S = 0.5
-TEAMS = ("red", "blue", "gold", "green", "fuzz")  # configured teams, each with a key
+TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos")  # configured teams, each with a key
 # Made per session, never stored in the repository.
 API_KEYS: dict[str, str] = {who: new_key() for who in (*TEAMS, OPERATOR)}
 ADMIN = {"Authorization": f"Bearer {API_KEYS[OPERATOR]}"}
+
+
+# Request limits of the session app (tests/reliability/test_access.py checks each one).
+LIMITS = {"max_body_bytes": 131072, "max_prompt_tokens": 1792, "max_prefix_tokens": 1536,
+          "max_tokens": 64, "max_choices": 2}
 
 
 def auth(team: str) -> dict[str, str]:
@@ -76,9 +81,11 @@ def app_args(tmp: Path, **replicas: Any) -> dict[str, Any]:
     args["registry"] = {"name": f"{APP}-registry-{os.getpid()}",
                         "state_path": str(tmp / "registry.json")}
     args["teams"] = [*args["teams"], {"name": "green", "description": "a third team"},
-                     {"name": "fuzz", "description": "schemathesis's (tests/reliability)"}]
+                     {"name": "fuzz", "description": "schemathesis's (tests/reliability)"},
+                     {"name": "chaos", "description": "fault injection (tests/reliability)"}]
     write_keys_file(tmp / "api-keys", API_KEYS.items())
     args["auth"] = {"mode": "keys", "keys_file": str(tmp / "api-keys")}
+    args["limits"] = LIMITS
     for svc in args["services"]:  # the agents' run executor: its own file, quick retries
         if svc["name"] == "agents":
             svc["options"].update(store_path=str(tmp / "runs.sqlite"), retry={

@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_run_once_prints_answers_and_statistics() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GRANIKV_CONFIG")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "GRANIKV_CONFIG", "GRANIKV_API_KEYS_FILE")}
     tmp = tempfile.mkdtemp(prefix="gkvc-", dir="/tmp")  # its own cluster, its own files
     # TMPDIR: the agents' run store (deploy/local.yaml: <tmp>/granikv-granikv-runs.sqlite).
     env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp,
@@ -42,6 +43,10 @@ def test_run_once_prints_answers_and_statistics() -> None:
                   "tests", "synthesizer"):
         assert f"  [{agent}] " in out, agent
     assert re.search(r"run run-\w+ succeeded, 9 agent turns", out), out
+    # No keys file configured: keys made for this run, printed, used by the demo.
+    assert "API keys for this run" in out, out
+    assert re.search(r"^  red +gk-[\w-]{40,}$", out, re.M), out
+    assert re.search(r"^  @admin +gk-[\w-]{40,}$", out, re.M), out
     assert "GraniKV statistics:" in out and "dispatcher:" in out and "tokens/s" in out
     assert re.search(r"prefix hits: .*red-context-\w+ \(red\) 9", out), out
     m = re.search(r"totals: (\d+) HOT hits, (\d+) bind errors", out)

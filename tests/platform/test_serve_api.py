@@ -139,7 +139,7 @@ def test_teams_cannot_touch_each_others_prefixes(client: Client) -> None:
     ("/v1/prefixes", {"token_ids": []}, 422, "token_ids"),
     ("/v1/prefixes", {"token_ids": [1], "prefix_id": "bad id!"}, 422, "prefix_id"),
     ("/v1/prefixes", {"token_ids": [1, 5000]}, 400, "[0, 1024)"),
-    ("/v1/prefixes", {"token_ids": [1] * 3000}, 400, "max_model_len"),
+    ("/v1/prefixes", {"token_ids": [1] * 3000}, 400, "limits.max_prefix_tokens"),
     ("/v1/prefixes", {"token_ids": [1], "surprise": True}, 422, "surprise"),
     ("/v1/chat/completions", chat_body("x", vllm_xargs={"granikv_register": 1}), 400,
      "POST /v1/prefixes"),

@@ -1,0 +1,182 @@
+"""An LLM replica killed during a team run (last in this folder: it restarts a replica
+of the session app, and waits until the app has recovered).
+
+The run (team ``chaos``: eight reviewers in parallel, four at a time, then a
+synthesizer) goes through the run service, which calls the LLM replicas through a Serve
+handle. One LLM replica is killed (``ray.kill``, no restart of the actor: Serve must
+start a new one) once some turns have finished and others are in flight. Then:
+
+- Serve starts a new replica, which re-pins every pinned prefix of the registry (all
+  teams' contexts and prefixes) before it reports, and serves the team from HOT;
+- the run goes on from its checkpoint: the turns in flight on the dead replica fail
+  (a transient error) and the graph's retry policy runs them again on a live replica;
+  the turns saved before the kill are neither lost nor run again; the run succeeds in
+  its first attempt;
+- every finished turn appears exactly once in the run's event log and in its state.
+
+While Serve is still starting the new LLM replica, a second run loses its executor too
+(the agents deployment, killed): the new executor resumes that run from its SQLite
+checkpoint (attempt 2); the turns saved before the kill do not run again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+
+from granikv_agents import load_spec
+from tests.agents.helpers import wait_run
+from tests.conftest import APP, REPO, TEAMS, auth, counters, stats, wait_until
+from tests.reliability.figures import record
+
+pytestmark = [pytest.mark.ray, pytest.mark.vllm]
+
+
+def review_as_chaos() -> dict[str, Any]:
+    spec = load_spec(REPO / "deploy" / "teams" / "review.yaml")
+    return spec.model_copy(update={
+        "team": "chaos", "limits": spec.limits.model_copy(update={"concurrency": 4}),
+        "sampling": spec.sampling.model_copy(update={"max_tokens": 48})}).model_dump(mode="json")
+
+
+def turn_events(c: httpx.Client, run_id: str) -> list[dict[str, Any]]:
+    with c.stream("GET", f"/teams/chaos/runs/{run_id}/events") as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines()
+                  if line.startswith('data: {"seq"')]
+    return events
+
+
+def registry_pinned(base_url: str) -> int:
+    n = 0
+    for team in TEAMS:
+        with httpx.Client(base_url=base_url, headers=auth(team), timeout=60) as c:
+            n += sum(1 for p in c.get("/v1/prefixes").json()["data"] if p["pinned"])
+    return n
+
+
+def kill_replica(deployment: str, replica: str | None = None) -> str:
+    import ray
+
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["name"].startswith(f"SERVE_REPLICA::{APP}#{APP}-{deployment}#")
+             and (replica is None or a["name"].endswith(f"#{replica}"))]
+    assert len(names) == 1, names
+    ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+    return names[0]
+
+
+def executor_lost_mid_run(c: httpx.Client) -> dict[str, Any]:
+    """A second run; its executor (the agents deployment) is killed once some turns are
+    saved. Serve starts a new executor, which resumes the run from its checkpoint: the
+    saved turns do not run again, the others run once."""
+    start = c.post("/teams/chaos/runs", json={"spec": review_as_chaos()})
+    assert start.status_code == 201, start.text
+    run_id = start.json()["run_id"]
+
+    def some_turns_done() -> list[dict[str, Any]] | None:
+        r = c.get(f"/teams/chaos/runs/{run_id}")
+        turns = r.json()["turns"] if r.status_code == 200 else []
+        return turns if 2 <= len(turns) < 8 else None
+
+    done_before = wait_until(some_turns_done, 120, "two finished turns", every_s=0.05)
+    kill_replica("agents")
+    view = wait_run(c, "chaos", run_id, timeout_s=300)
+    assert view["status"] == "succeeded" and view["attempts"] == 2, view
+    keys = [(t["agent"], t["round"], t["kind"]) for t in view["turns"]]
+    assert len(keys) == len(set(keys)) == 9, keys
+    final = {(t["agent"], t["round"], t["kind"]): t for t in view["turns"]}
+    for t in done_before:
+        assert final[(t["agent"], t["round"], t["kind"])] == t, "a saved turn changed"
+    log = turn_events(c, run_id)
+    statuses = [(e["status"], e.get("error")) for e in log if e["type"] == "status"]
+    assert statuses == [("running", None), ("interrupted", "the executor stopped mid-run"),
+                        ("resumed", None), ("succeeded", None)], statuses
+    resumed_at = next(e["seq"] for e in log if e["type"] == "status"
+                      and e["status"] == "resumed")
+    after = Counter((e["agent"], e["round"], e["kind"]) for e in log
+                    if e["type"] == "turn" and e["seq"] > resumed_at)
+    saved = {(t["agent"], t["round"], t["kind"]) for t in done_before}
+    assert not saved & set(after), (saved, after)  # the saved turns did not run again
+    logged = Counter((e["agent"], e["round"], e["kind"]) for e in log if e["type"] == "turn")
+    assert set(logged) == set(keys) and set(logged.values()) == {1}, logged
+    return {"run_turns": len(keys), "turns_saved_before_kill": len(done_before),
+            "turns_run_after_resume": sum(after.values()), "run_attempts": view["attempts"]}
+
+
+def test_killed_llm_replica_during_a_team_run(base_url: str) -> None:
+    c = httpx.Client(base_url=base_url, headers=auth("chaos"), timeout=120)
+    old = set(stats(base_url)["replicas"])
+    assert len(old) == 2
+    start = c.post("/teams/chaos/runs", json={"spec": review_as_chaos()})
+    assert start.status_code == 201, start.text
+    run_id = start.json()["run_id"]
+
+    def some_turns_done() -> list[dict[str, Any]] | None:
+        view = c.get(f"/teams/chaos/runs/{run_id}").json()
+        return view["turns"] if 2 <= len(view["turns"]) < 8 else None
+
+    done_before = wait_until(some_turns_done, 120, "two finished turns", every_s=0.05)
+    reps = stats(base_url)["replicas"]
+    victim = max(reps, key=lambda r: reps[r]["inflight"])  # the busier one
+    victim_inflight = reps[victim]["inflight"]  # as last reported (every 0.5 s)
+    t_kill = time.monotonic()
+    kill_replica("llm", victim)
+
+    view = wait_run(c, "chaos", run_id, timeout_s=300)
+    t_run = time.monotonic() - t_kill
+    # While Serve replaces the LLM replica (one replica serves meanwhile), the worse case:
+    # the run executor dies too, in the middle of a second run.
+    second = executor_lost_mid_run(c)
+
+    def replaced() -> dict[str, Any] | None:
+        s = stats(base_url)["replicas"]
+        return s if len(s) == 2 and victim not in s and len(set(s) - old) == 1 else None
+
+    now = wait_until(replaced, 300, "Serve to replace the killed replica", every_s=1.0)
+    t_replaced = time.monotonic() - t_kill
+    (new,) = set(now) - old
+
+    # The run: one attempt, every turn once, the turns saved before the kill unchanged.
+    assert view["status"] == "succeeded" and view["attempts"] == 1, view
+    keys = [(t["agent"], t["round"], t["kind"]) for t in view["turns"]]
+    assert len(keys) == len(set(keys)) == 9, keys
+    final = {(t["agent"], t["round"], t["kind"]): t for t in view["turns"]}
+    for t in done_before:
+        assert final[(t["agent"], t["round"], t["kind"])] == t, "a saved turn changed"
+    log = turn_events(c, run_id)
+    logged = Counter((e["agent"], e["round"], e["kind"]) for e in log if e["type"] == "turn")
+    assert set(logged) == set(keys) and set(logged.values()) == {1}, logged
+    statuses = [e["status"] for e in log if e["type"] == "status"]
+    assert statuses == ["running", "succeeded"], statuses
+
+    # The new replica holds every pinned prefix of the registry, and hits HOT with them.
+    pinned = registry_pinned(base_url)
+    assert now[new]["pinned_prefixes"] == pinned, (now[new]["pinned_prefixes"], pinned)
+    assert now[new]["granikv"]["prefixes"]["ready"] >= pinned
+    before_new = counters(now[new])
+    body = {"model": "tiny-llama", "max_tokens": 2,
+            "messages": [{"role": "user", "content": "after the restart"}]}
+
+    def new_replica_hit() -> bool:
+        for _ in range(4):
+            r = c.post("/teams/chaos/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+        rep = stats(base_url)["replicas"].get(new)
+        return rep is not None and counters(rep)["hits"] > before_new["hits"]
+
+    wait_until(new_replica_hit, 60, "a HOT hit on the new replica", every_s=0.5)
+    after = counters(stats(base_url)["replicas"][new])
+    assert after["bind_errors"] == 0 and after["cold_fallbacks"] == before_new["cold_fallbacks"]
+    c.close()
+    record("fault_replica_kill", faults_injected=2, run_turns=len(keys),
+           turns_done_before_kill=len(done_before), turns_logged_once=len(logged),
+           run_attempts=view["attempts"], run_seconds_after_kill=round(t_run, 1),
+           replacement_seconds=round(t_replaced, 1), registry_pinned=pinned,
+           new_replica_pinned=now[new]["pinned_prefixes"],
+           victim_inflight_reported_at_kill=victim_inflight,
+           executor_killed_in_second_run=second)
