@@ -231,8 +231,11 @@ def main() -> None:
             print(f"[{name}] {w.name}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s", flush=True)
             out = args.out / f"e2e-{tag}-{args.engine}.json"
             out.write_text(json.dumps(doc, indent=1))
-    if args.sync:
+    if args.sync:  # done; stay up (idle) until every peer is done, so that this
+        # engine's shutdown (freeing its GPU memory) never overlaps a peer's timing
         (args.sync / f"done-{args.turn}").touch()
+        while not all((args.sync / f"done-{i}").exists() for i in range(args.peers)):
+            time.sleep(0.5)
 
 
 if __name__ == "__main__":
