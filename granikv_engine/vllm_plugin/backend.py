@@ -95,10 +95,7 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         cap = self.cfg.hot_capacity(num_blocks) if num_blocks else 0
         # The scheduler reserves block ids 1..cap (0 is vLLM's null block).
         self.arena = (1, 1 + cap) if cap else (1, 1 << 62)
-        table = _load_table(self.cfg)
-        if table is None and device.type == "cuda" and self.cfg.calibrate \
-                and self.cfg.backend == "auto":
-            table = _calibrated(vllm_config, kv_cache_spec, device, self.cfg)
+        table = _dispatch_table(vllm_config, kv_cache_spec, device, self.cfg)
         self.dispatcher = Dispatcher(
             _attn_shape(vllm_config, kv_cache_spec),
             table=table,
@@ -261,30 +258,46 @@ def _attn_shape(vllm_config: VllmConfig, kv_cache_spec: Any) -> AttnShape:
 _TABLES: dict[tuple[Any, ...], CalibrationTable | None] = {}  # per process, per shape
 
 
-def _calibrated(vllm_config: VllmConfig, spec: Any, device: torch.device,
-                cfg: GraniKVConfig) -> CalibrationTable | None:
-    """Measure once per process and shape; rank 0 measures, every TP rank gets its table."""
-    from vllm.distributed import get_tp_group
-    from vllm.logger import init_logger
-
+def _dispatch_table(vllm_config: VllmConfig, spec: Any, device: torch.device,
+                    cfg: GraniKVConfig) -> CalibrationTable | None:
+    """The dispatcher's table, the same on every tensor-parallel rank: rank 0 loads it
+    from ``calibration_path`` or, on CUDA with the ``auto`` backend, measures it; then
+    it is broadcast. (Ranks never read the file on their own: one that found the file
+    rank 0 had just written would skip the broadcast rank 0 waits in.) Once per
+    process and shape; every rank builds its builders at the same point, so every rank
+    takes part in the broadcast."""
     from granikv_engine.vllm_plugin.kernels.calibrate import broadcast, calibrate
-    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
 
     heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
-    key = (heads, spec.num_kv_heads, spec.head_size, spec.dtype)
-    if key not in _TABLES:
-        table = None
-        if get_tp_group().rank_in_group == 0:
+    key = (heads, spec.num_kv_heads, spec.head_size, spec.dtype, cfg.calibration_path,
+           cfg.backend)
+    if key in _TABLES:
+        return _TABLES[key]
+    table = None
+    if _tp_rank() == 0:
+        table = _load_table(cfg)
+        if table is None and device.type == "cuda" and cfg.calibrate and cfg.backend == "auto":
+            from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+
             table = calibrate(CudaOps(), heads, spec.num_kv_heads, spec.head_size,
                               spec.dtype, device)
-            init_logger(__name__).info("GraniKV calibration: %d points in %ss",
-                                       len(table.points), table.meta.get("seconds"))
+            logger.info("GraniKV calibration: %d points in %ss", len(table.points),
+                        table.meta.get("seconds"))
             if cfg.calibration_path:
                 from pathlib import Path
 
                 Path(cfg.calibration_path).write_text(table.to_json())
-        _TABLES[key] = broadcast(table)
+    _TABLES[key] = broadcast(table)
     return _TABLES[key]
+
+
+def _tp_rank() -> int:
+    try:
+        from vllm.distributed import get_tp_group
+
+        return int(get_tp_group().rank_in_group)
+    except (AssertionError, ImportError):  # no distributed state (unit tests)
+        return 0
 
 
 def _load_table(cfg: GraniKVConfig) -> CalibrationTable | None:

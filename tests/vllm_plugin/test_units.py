@@ -116,3 +116,47 @@ def test_builder_finds_its_runner_on_the_call_stack() -> None:
     assert runner.build() is True
     assert builder.host_block_table is not None and builder.host_block_table() is table
     assert bind_from_caller(builder) is False or builder.host_block_table() is table
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_dispatch_table_comes_from_rank_0_only(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                               rank: int) -> None:
+    """Tensor parallelism: only rank 0 reads the calibration file; every rank takes part
+    in the broadcast and uses what it returns (a rank that read the file on its own
+    could skip the broadcast rank 0 waits in, or use another table)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from granikv_engine.config import GraniKVConfig
+    from granikv_engine.dispatcher import CalibrationPoint, CalibrationTable
+    from granikv_engine.vllm_plugin import backend
+    from granikv_engine.vllm_plugin.kernels import calibrate
+
+    on_disk = CalibrationTable((CalibrationPoint(8, 1024, 1, 10.0, 20.0),), {"src": "file"})
+    path = tmp_path / "cal.json"
+    path.write_text(on_disk.to_json())
+    from_rank0 = CalibrationTable((CalibrationPoint(64, 4096, 1, 1.0, 2.0),), {"src": "r0"})
+    sent: list[CalibrationTable | None] = []
+
+    def fake_broadcast(table: CalibrationTable | None) -> CalibrationTable | None:
+        sent.append(table)
+        return table if rank == 0 else from_rank0
+
+    monkeypatch.setattr(backend, "_TABLES", {})
+    monkeypatch.setattr(backend, "_tp_rank", lambda: rank)
+    monkeypatch.setattr(calibrate, "broadcast", fake_broadcast)
+    cfg = GraniKVConfig(enabled=True, calibration_path=str(path))
+    vcfg = SimpleNamespace(model_config=SimpleNamespace(get_num_attention_heads=lambda p: 32),
+                           parallel_config=None)
+    spec = SimpleNamespace(num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
+    got = backend._dispatch_table(vcfg, spec, torch.device("cpu"), cfg)  # type: ignore[arg-type]
+    assert len(sent) == 1  # every rank broadcasts, once
+    if rank == 0:
+        assert sent[0] is not None and sent[0].meta["src"] == "file"
+        assert got is not None and got.meta["src"] == "file"
+    else:
+        assert sent[0] is None  # rank 1 did not read the file
+        assert got is from_rank0
+    backend._dispatch_table(vcfg, spec, torch.device("cpu"), cfg)  # type: ignore[arg-type]
+    assert len(sent) == 1  # cached per process and shape
