@@ -187,6 +187,9 @@ def main() -> None:
                     help="granikv: these workloads also run with the paged backend only")
     ap.add_argument("--capture-sizes", default="1,2,4,8,16,32,64,128,256,512",
                     help="CUDA graph capture sizes, the same for every engine")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="after the timed runs, profile the first workload's steps "
+                         "(torch profiler, vLLM's profiler_config) into this folder")
     ap.add_argument("--sync", type=Path, default=None,
                     help="engines sharing the GPUs: start together, time one at a time")
     ap.add_argument("--turn", type=int, default=0, help="with --sync: this engine's turn")
@@ -207,6 +210,12 @@ def main() -> None:
             int(x) for x in args.capture_sizes.split(",")]}}
     tag = args.model if tp == 1 else f"{args.model}-tp{tp}"
     cal = "" if args.tiny else f"/tmp/granikv-calibration-{tag}.json"
+    if args.profile:  # engine steps 40-59 of the profiled run (decode, past the prefill)
+        args.profile = args.profile.resolve()
+        extra["profiler_config"] = {
+            "profiler": "torch", "torch_profiler_dir": str(args.profile / args.engine),
+            "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True,
+            "delay_iterations": 40, "max_iterations": 20, "ignore_frontend": True}
     llm = make_llm(args.tiny or args.model, args.engine, max_len, args.hot_slots,
                    bool(args.tiny), extra, cal, tp)
     start_s = time.perf_counter() - t0
@@ -231,6 +240,13 @@ def main() -> None:
             print(f"[{name}] {w.name}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s", flush=True)
             out = args.out / f"e2e-{tag}-{args.engine}.json"
             out.write_text(json.dumps(doc, indent=1))
+    if args.profile:  # after the timed runs: the first workload once more, profiled
+        w = ws[0]
+        llm.start_profile()
+        r = run_workload(llm, args.engine, w, vocab, args.scale, salt="-profile")
+        llm.stop_profile()
+        print(f"[{args.engine}] {w.name} profiled ({r['tok_s']:.0f} tok/s with the "
+              f"profiler on): {args.profile}", flush=True)
     if args.sync:  # done; stay up (idle) until every peer is done, so that this
         # engine's shutdown (freeing its GPU memory) never overlaps a peer's timing
         (args.sync / f"done-{args.turn}").touch()

@@ -61,6 +61,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=560, help="per phase, seconds")
     ap.add_argument("--workloads", default="", help="override the Llama phases' workloads")
     ap.add_argument("--kernel-budget", default="150")
+    ap.add_argument("--profile", action="store_true",
+                    help="end-to-end phases also profile 20 decode steps (OUT/profile/)")
     ap.add_argument("--hot-slots", default="", help="the GraniKV phases' HOT arena size")
     ap.add_argument("--attribution", default="W1,W3",
                     help="the granikv phase's paged-only runs ('none': skip them)")
@@ -80,6 +82,8 @@ def main() -> None:
                 cmd[cmd.index("--workloads") + 1] = args.workloads
             if phase == "kernels":
                 cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
+            if args.profile and "granikv_engine.bench.e2e" in cmd:
+                cmd += ["--profile", str(args.out / "profile")]
             if args.hot_slots and phase.startswith("granikv"):
                 cmd += ["--hot-slots", args.hot_slots]
             if "--attribution" in cmd:
