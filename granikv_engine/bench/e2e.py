@@ -172,6 +172,14 @@ def take_turn(sync: Path, turn: int, peers: int) -> None:
         time.sleep(0.5)
 
 
+def end_turn(sync: Path, turn: int, peers: int) -> None:
+    """Done; stay up (idle) until every peer is done, so that this engine's shutdown
+    (freeing its GPU memory) never overlaps a peer's timing."""
+    (sync / f"done-{turn}").touch()
+    while not all((sync / f"done-{i}").exists() for i in range(peers)):
+        time.sleep(0.5)
+
+
 def main() -> None:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # see make_llm
     ap = argparse.ArgumentParser()
@@ -247,11 +255,8 @@ def main() -> None:
         llm.stop_profile()
         print(f"[{args.engine}] {w.name} profiled ({r['tok_s']:.0f} tok/s with the "
               f"profiler on): {args.profile}", flush=True)
-    if args.sync:  # done; stay up (idle) until every peer is done, so that this
-        # engine's shutdown (freeing its GPU memory) never overlaps a peer's timing
-        (args.sync / f"done-{args.turn}").touch()
-        while not all((args.sync / f"done-{i}").exists() for i in range(args.peers)):
-            time.sleep(0.5)
+    if args.sync:
+        end_turn(args.sync, args.turn, args.peers)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""The benchmark runner's orchestration (no GPU, no vLLM): engines sharing the GPUs start
+together and are timed one at a time, none shuts down while another is timed, and a peer
+that dies does not hold the others up."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from granikv_engine.bench import run
+from granikv_engine.bench.workloads import WORKLOADS
+
+# A stand-in for bench/e2e.py: takes its turn, "times" for 0.3 s, logs what it did.
+FAKE_E2E = """
+import json, sys, time
+from pathlib import Path
+from granikv_engine.bench.e2e import end_turn, take_turn
+a = sys.argv
+sync, turn, peers = Path(a[a.index('--sync') + 1]), int(a[a.index('--turn') + 1]), \\
+    int(a[a.index('--peers') + 1])
+log = Path(a[a.index('--out') + 1]) / 'events.jsonl'
+def say(what):
+    with log.open('a') as f:
+        f.write(json.dumps([turn, what, time.monotonic()]) + '\\n')
+take_turn(sync, turn, peers)
+say('start')
+time.sleep(0.3)
+say('end')
+end_turn(sync, turn, peers)
+say('exit')
+"""
+
+
+def _events(out: Path) -> dict[tuple[int, str], float]:
+    rows = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    return {(t, what): ts for t, what, ts in rows}
+
+
+def test_shared_engines_are_timed_in_turn(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = [sys.executable, "-c", FAKE_E2E]
+    monkeypatch.setattr(run, "PHASES", {"a": fake, "b": fake, "c": fake})
+    monkeypatch.setattr(run, "_wait_gpu_free", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["run", "--out", str(tmp_path), "--phases", "a~b~c",
+                                      "--timeout", "60"])
+    run.main()
+    ev = _events(tmp_path)
+    for t in (0, 1):  # each timed window ends before the next one starts
+        assert ev[(t, "end")] <= ev[(t + 1, "start")]
+    last_end = ev[(2, "end")]
+    assert all(ev[(t, "exit")] >= last_end for t in range(3))  # nobody left early
+
+
+def test_a_dead_peer_does_not_block_the_others(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = [sys.executable, "-c", FAKE_E2E]
+    dead = [sys.executable, "-c", "raise SystemExit(3)"]
+    monkeypatch.setattr(run, "PHASES", {"dead": dead, "b": fake})
+    monkeypatch.setattr(run, "_wait_gpu_free", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["run", "--out", str(tmp_path), "--phases", "dead~b",
+                                      "--timeout", "60"])
+    run.main()
+    ev = _events(tmp_path)
+    assert (1, "exit") in ev  # b ran its turn after the dead one and finished
+
+
+def test_tensor_parallel_workloads_are_consistent() -> None:
+    for name, w in WORKLOADS.items():
+        if w.tp > 1:
+            assert name.endswith(f"-TP{w.tp}") and w.model.startswith("qwen2.5")
+            base = WORKLOADS[name.split("-")[0]]
+            assert (w.prefix_lens, w.agents, w.suffix, w.output) == (
+                base.prefix_lens, base.agents, base.suffix, base.output)
+    for tp in (2, 4):
+        phases = {p for p in run.PHASES if p.startswith(f"tp{tp}-")}
+        assert phases == {f"tp{tp}-stock", f"tp{tp}-granikv"}
