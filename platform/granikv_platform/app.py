@@ -29,6 +29,7 @@ from granikv_platform.env import PlatformEnv
 from granikv_platform.errors import install_error_handlers
 from granikv_platform.limits import BodyLimit
 from granikv_platform.routes import openai, ops, prefixes, teams
+from granikv_platform.team_gate import TeamGate
 
 
 def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAPI:
@@ -39,6 +40,8 @@ def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAP
     app.state.granikv_auth = auth or Authenticator.from_config(
         cfg.auth, PlatformEnv.from_environ().api_keys_file)
     app.add_middleware(BodyLimit, max_bytes=cfg.limits.max_body_bytes)
+    # Outermost: another team's call to /teams/{team}/... is refused before any body.
+    app.add_middleware(TeamGate, teams=frozenset(t.name for t in cfg.teams))
     install_error_handlers(app)
     app.include_router(openai.router(cfg))
     app.include_router(prefixes.router())

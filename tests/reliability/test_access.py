@@ -284,3 +284,22 @@ def test_no_api_key_is_in_the_repository() -> None:
         found += [name for _ in pattern.finditer(text)]
         found += [name for key in API_KEYS.values() if key in text]
     assert not found, found
+
+
+def test_team_routes_refuse_before_reading_the_body(base_url: str) -> None:
+    """Another team's (or a key-less) call to /teams/{team}/... is 403 (401) even with a
+    malformed body: FastAPI would parse the body first and answer 422, describing the
+    route; the platform's TeamGate checks the team before any body is read."""
+    bad = b'{"messages": [ not json'
+    for path in ("/teams/blue/v1/chat/completions", "/teams/blue/runs"):
+        r = httpx.post(f"{base_url}{path}", content=bad, timeout=60,
+                       headers={**auth("red"), "Content-Type": "application/json"})
+        assert r.status_code == 403, (path, r.status_code, r.text)
+        assert "may not use team 'blue'" in r.json()["error"]["message"]
+        r = httpx.post(f"{base_url}{path}", content=bad, timeout=60,
+                       headers={"Content-Type": "application/json"})
+        assert r.status_code == 401, (path, r.status_code, r.text)
+    # The team itself still gets the body's own error.
+    r = httpx.post(f"{base_url}/teams/blue/v1/chat/completions", content=bad, timeout=60,
+                   headers={**auth("blue"), "Content-Type": "application/json"})
+    assert r.status_code in (400, 422), r.text
