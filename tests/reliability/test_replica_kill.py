@@ -87,11 +87,7 @@ def executor_lost_mid_run(c: httpx.Client) -> dict[str, Any]:
     kill_replica("agents")
     view = wait_run(c, "chaos", run_id, timeout_s=300)
     assert view["status"] == "succeeded" and view["attempts"] == 2, view
-    keys = [(t["agent"], t["round"], t["kind"]) for t in view["turns"]]
-    assert len(keys) == len(set(keys)) == 9, keys
-    final = {(t["agent"], t["round"], t["kind"]): t for t in view["turns"]}
-    for t in done_before:
-        assert final[(t["agent"], t["round"], t["kind"])] == t, "a saved turn changed"
+    keys = assert_each_turn_once_and_saved_unchanged(view, done_before)
     log = turn_events(c, run_id)
     statuses = [(e["status"], e.get("error")) for e in log if e["type"] == "status"]
     assert statuses == [("running", None), ("interrupted", "the executor stopped mid-run"),
@@ -143,11 +139,7 @@ def test_killed_llm_replica_during_a_team_run(base_url: str) -> None:
 
     # The run: one attempt, every turn once, the turns saved before the kill unchanged.
     assert view["status"] == "succeeded" and view["attempts"] == 1, view
-    keys = [(t["agent"], t["round"], t["kind"]) for t in view["turns"]]
-    assert len(keys) == len(set(keys)) == 9, keys
-    final = {(t["agent"], t["round"], t["kind"]): t for t in view["turns"]}
-    for t in done_before:
-        assert final[(t["agent"], t["round"], t["kind"])] == t, "a saved turn changed"
+    keys = assert_each_turn_once_and_saved_unchanged(view, done_before)
     log = turn_events(c, run_id)
     logged = Counter((e["agent"], e["round"], e["kind"]) for e in log if e["type"] == "turn")
     assert set(logged) == set(keys) and set(logged.values()) == {1}, logged
@@ -180,3 +172,15 @@ def test_killed_llm_replica_during_a_team_run(base_url: str) -> None:
            new_replica_pinned=now[new]["pinned_prefixes"],
            victim_inflight_reported_at_kill=victim_inflight,
            executor_killed_in_second_run=second)
+
+
+def assert_each_turn_once_and_saved_unchanged(view: dict[str, Any],
+                                              done_before: list[dict[str, Any]]
+                                              ) -> list[tuple[Any, Any, Any]]:
+    """All 9 turns of the run, each once; the turns saved before a kill unchanged."""
+    keys = [(t["agent"], t["round"], t["kind"]) for t in view["turns"]]
+    assert len(keys) == len(set(keys)) == 9, keys
+    final = {(t["agent"], t["round"], t["kind"]): t for t in view["turns"]}
+    for t in done_before:
+        assert final[(t["agent"], t["round"], t["kind"])] == t, "a saved turn changed"
+    return keys
