@@ -51,6 +51,8 @@ def enter_team(team: str) -> Callable[..., Awaitable[None]]:
     """Router-level dependency of /teams/{team}: the caller must be that team."""
 
     async def dep(request: Request, _: Bearer) -> None:
+        if getattr(request.state, "granikv_team", None) == team:  # checked by TeamGate
+            return
         request.state.granikv_team = resolve_team(request, path_team=team) or team
 
     return dep

@@ -4,8 +4,8 @@ FastAPI parses a JSON body before it runs a route's dependencies, so the router-
 check of /teams/{team} (``deps.enter_team``) would answer a malformed body from another
 team with a 422 that describes the route. This ASGI middleware runs the same identity
 check (``identity.resolve_team``) first: another team's, or a key-less, call to
-/teams/{team}/... is 401/403 whatever its body. The dependency stays (it records the
-team for the route)."""
+/teams/{team}/... is 401/403 whatever its body. The dependency stays, for a router
+mounted without the gate; behind it, it takes the team the gate resolved."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ class TeamGate:
         parts = scope.get("path", "").split("/") if scope["type"] == "http" else []
         if len(parts) > 3 and parts[1] == "teams" and parts[2] in self.teams:
             request = Request(scope)  # headers and app state only: the body is untouched
-            try:
-                resolve_team(request, path_team=parts[2])
+            try:  # the route's dependency (deps.enter_team) reuses this result
+                request.state.granikv_team = resolve_team(request, path_team=parts[2])
             except AuthError as e:
                 response = error_response(error_item(401, str(e)))
                 response.headers["WWW-Authenticate"] = "Bearer"
