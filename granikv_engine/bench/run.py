@@ -76,19 +76,7 @@ def main() -> None:
         t0 = time.time()
         procs = []
         for i, phase in enumerate(phases):
-            cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
-            if args.workloads and phase in ("stock", "granikv", "stock-cascade",
-                                            "granikv-paged"):
-                cmd[cmd.index("--workloads") + 1] = args.workloads
-            if phase == "kernels":
-                cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
-            if args.profile and "granikv_engine.bench.e2e" in cmd:
-                cmd += ["--profile", str(args.out / "profile")]
-            if args.hot_slots and phase.startswith("granikv"):
-                cmd += ["--hot-slots", args.hot_slots]
-            if "--attribution" in cmd:
-                at = cmd.index("--attribution")
-                cmd[at + 1] = "" if args.attribution == "none" else args.attribution
+            cmd = _command(phase, args)
             env = {**os.environ, **NO_MULTICAST}
             if shared:  # all GPUs, memory split, timed one at a time (e2e.take_turn)
                 cmd += ["--sync", str(sync), "--turn", str(i), "--peers", str(len(phases))]
@@ -122,6 +110,23 @@ def main() -> None:
                 print("\n".join(line[:200] for line in tail), flush=True)
             time.sleep(1)
         _wait_gpu_free()
+
+
+def _command(phase: str, args: argparse.Namespace) -> list[str]:
+    """The phase's command line with this run's overrides."""
+    cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
+    if args.workloads and phase in ("stock", "granikv", "stock-cascade", "granikv-paged"):
+        cmd[cmd.index("--workloads") + 1] = args.workloads
+    if phase == "kernels":
+        cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
+    if args.profile and "granikv_engine.bench.e2e" in cmd:
+        cmd += ["--profile", str(args.out / "profile")]
+    if args.hot_slots and phase.startswith("granikv"):
+        cmd += ["--hot-slots", args.hot_slots]
+    if "--attribution" in cmd:
+        at = cmd.index("--attribution")
+        cmd[at + 1] = "" if args.attribution == "none" else args.attribution
+    return cmd
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
