@@ -4,7 +4,8 @@ A run is a LangGraph thread (run id = thread id) checkpointed by LangGraph's
 ``AsyncSqliteSaver`` with ``durability="sync"``: every finished agent turn is saved as a
 pending write of its superstep, so a resumed run re-executes only the turns that had
 not finished. A turn is reported (its event) only once its write is saved
-(``TurnSaver.flush``), so a reported turn never runs again. The executor owns the file
+(``TurnSaver.flush``), so a reported turn never runs again; a turn saved by an executor
+that died before reporting it is reported (``recovered``) when the run resumes. The executor owns the file
 (one writer) and keeps, per run, the asyncio task that drives it (``owner.py``: a
 second executor on the same file waits, then fails). Opening an executor marks the runs
 a previous one left "running" as "interrupted" (it died mid-run); ``recover()`` resumes
@@ -27,7 +28,7 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
 from granikv_agents.binding import LLMCallError, TeamBackend
-from granikv_agents.events import update_events
+from granikv_agents.events import unreported_events, update_events
 from granikv_agents.graph import RetryConfig, RunContext, build_graph
 from granikv_agents.owner import StoreOwner
 from granikv_agents.spec import TeamSpec
@@ -210,10 +211,12 @@ class RunExecutor:
         control = self._controls[run_id]
         backend = self.bind(team)
         try:
+            fresh = await self.saver.aget_tuple(config) is None
             if resumed:
+                if not fresh:
+                    await self._report_saved(run_id, graph, config)
                 await self.store.set_status(run_id, "running", resumed=True)
                 await self._event(run_id, "status", {"status": "resumed", "attempt": resumed})
-            fresh = await self.saver.aget_tuple(config) is None
             if not fresh:
                 await self._check_pin(run_id, team, backend, graph, config)
             async for chunk in graph.astream(
@@ -236,6 +239,15 @@ class RunExecutor:
             self._controls.pop(run_id, None)
             await backend.aclose()
             await self._notify()
+
+    async def _report_saved(self, run_id: str, graph: Any, config: RunnableConfig) -> None:
+        """Log what the checkpoint holds and the log lacks (the previous executor died
+        between saving and reporting it), before the "resumed" status: it belongs to the
+        previous attempt, and the resumed graph will not run it again."""
+        values = (await graph.aget_state(config)).values or {}
+        logged = [e.view() for e in await self.store.events(run_id, 0)]
+        for type_, data in unreported_events(values, logged):
+            await self._event(run_id, type_, data)
 
     async def _check_pin(self, run_id: str, team: Team, backend: TeamBackend, graph: Any,
                          config: RunnableConfig) -> None:

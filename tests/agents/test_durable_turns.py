@@ -7,6 +7,11 @@ finished turn repeated (seen with a real executor killed by tests/reliability's 
 kill test). Here the checkpoint's writes are slowed down, and the executor "dies" (its
 run cancelled, the writes still in flight dropped) as soon as a turn is reported. The
 resumed run must not run a reported turn again. No Ray, no engine: a fake backend.
+
+The other side of the same gap: an executor that dies after a turn's write is saved and
+before its event is logged (seen in a clean-clone CI run of the same reliability test: a
+turn in the run's state, missing from its log). The resumed run does not run that turn
+again; it must still report it, once.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from granikv_agents import RunExecutor, load_spec
+from granikv_agents.store import RunStore
 from granikv_agents.binding import Reply, TurnRequest
 from granikv_agents.graph import RetryConfig
 from granikv_agents.state import ContextPin
@@ -94,3 +100,52 @@ def test_a_reported_turn_is_never_run_again(tmp_path: Path,
     logged = Counter(e.view()["agent"] for e in events if e.type == "turn")
     assert not reported & set(second.calls), (reported, second.calls)  # not run again
     assert set(logged.values()) == {1} and len(logged) == 9, logged
+
+
+def test_a_saved_turn_whose_event_was_lost_is_reported_once_on_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(TEAMS / "review.yaml")
+    spec = spec.model_copy(update={"limits": spec.limits.model_copy(
+        update={"concurrency": 1})})
+    db = str(tmp_path / "runs.sqlite")
+    lost: dict[str, Any] = {}
+    add_event = RunStore.add_event
+
+    async def dies_on_the_second_turn_event(self: RunStore, run_id: str, type_: str,
+                                            data: dict[str, Any]) -> int:
+        if type_ == "turn" and not lost and any(
+                e.type == "turn" for e in await self.events(run_id, 0)):
+            lost.update(data)  # saved in the checkpoint (flushed), never logged
+            raise asyncio.CancelledError  # the process died here
+        return await add_event(self, run_id, type_, data)
+
+    first, second = FakeBackend("red"), FakeBackend("red")
+
+    async def die() -> str:
+        monkeypatch.setattr(RunStore, "add_event", dies_on_the_second_turn_event)
+        async with RunExecutor.open(db, lambda _: first, QUICK, drain_s=0) as ex:
+            rec = await ex.start(spec)
+            while rec.run_id in ex._tasks:
+                await asyncio.sleep(0.005)
+        monkeypatch.setattr(RunStore, "add_event", add_event)
+        return rec.run_id
+
+    run_id = asyncio.run(die())
+    assert lost, "the executor never lost a turn event"
+
+    async def resume() -> tuple[list[Any], dict[str, Any]]:
+        async with RunExecutor.open(db, lambda _: second, QUICK) as ex:
+            await ex.resume(run_id)
+            assert (await ex.wait(run_id, 60)).status == "succeeded"
+            return [e.view() for e in await ex.store.events(run_id, 0)], await ex.view(run_id)
+
+    events, view = asyncio.run(resume())
+    assert second.calls[lost["agent"]] == 0  # saved: not run again
+    turns = [e for e in events if e["type"] == "turn"]
+    logged = Counter((e["agent"], e["round"], e["kind"]) for e in turns)
+    state = {(t["agent"], t["round"], t["kind"]) for t in view["turns"]}
+    assert set(logged) == state and set(logged.values()) == {1}, logged
+    (recovered,) = [e for e in turns if e.get("recovered")]
+    assert recovered["agent"] == lost["agent"] and recovered["text"] == lost["text"]
+    resumed_at = next(e["seq"] for e in events if e.get("status") == "resumed")
+    assert recovered["seq"] < resumed_at  # reported as the previous attempt's turn

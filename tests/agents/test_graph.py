@@ -9,7 +9,7 @@ import pytest
 from langgraph.types import RetryPolicy
 
 from granikv_agents.binding import LLMCallError, TransientLLMError, is_transient, status_error
-from granikv_agents.events import update_events
+from granikv_agents.events import unreported_events, update_events
 from granikv_agents.graph import RetryConfig, build_graph
 from granikv_agents.prompts import plan_turn, reduce_turn, work_turns
 from granikv_agents.spec_file import find_spec
@@ -138,3 +138,26 @@ def test_parallel_turns_merge_in_spec_order() -> None:
 ])
 def test_update_events(chunk: dict[str, object], events: list[object]) -> None:
     assert list(update_events(chunk)) == events
+
+
+def test_unreported_events_are_what_the_checkpoint_holds_and_the_log_lacks() -> None:
+    a1, b1, a2, b2 = turn("a", 0, 1), turn("b", 1, 1), turn("a", 0, 2), turn("b", 1, 2)
+    values = {"context": {"prefix_id": "p"}, "round": 2, "turns": [a1, b1, a2, b2]}
+    logged = [{"type": "status", "status": "running"},
+              {"type": "context", "when": "start", "prefix_id": "p"},
+              {"type": "turn", **a1}, {"type": "turn", **a2}]
+    # b1 and the close of round 1 never reached the log; b2 (round 2, still open) neither.
+    assert unreported_events(values, logged) == [
+        ("turn", {**b1, "recovered": True}), ("round", {"done": 1, "recovered": True}),
+        ("turn", {**b2, "recovered": True})]
+    everything = logged + [{"type": "turn", **b1}, {"type": "round", "done": 1},
+                           {"type": "turn", **b2}]
+    assert unreported_events(values, everything) == []
+    # Died after register_context was saved, before its event; and at the very end.
+    assert unreported_events({"context": {"prefix_id": "p"}, "round": 1}, []) == [
+        ("context", {"when": "start", "prefix_id": "p", "recovered": True})]
+    done = {**values, "round": 3, "context_after": {"prefix_id": "p"}}
+    assert unreported_events(done, everything) == [
+        ("round", {"done": 2, "recovered": True}),
+        ("context", {"when": "end", "prefix_id": "p", "recovered": True})]
+    assert unreported_events({}, []) == []
