@@ -5,11 +5,11 @@ A run is a LangGraph thread (run id = thread id) checkpointed by LangGraph's
 pending write of its superstep, so a resumed run re-executes only the turns that had
 not finished. A turn is reported (its event) only once its write is saved
 (``TurnSaver.flush``), so a reported turn never runs again; a turn saved by an executor
-that died before reporting it is reported (``recovered``) when the run resumes. The executor owns the file
-(one writer) and keeps, per run, the asyncio task that drives it (``owner.py``: a
-second executor on the same file waits, then fails). Opening an executor marks the runs
-a previous one left "running" as "interrupted" (it died mid-run); ``recover()`` resumes
-them from their checkpoints.
+that died before reporting it is reported (``recovered``) when the run resumes. The
+executor owns the file (one writer) and keeps, per run, the asyncio task that drives
+it (``owner.py``: a second executor on the same file waits, then fails). Opening an
+executor marks the runs a previous one left "running" as "interrupted" (it died
+mid-run); ``recover()`` resumes them from their checkpoints.
 """
 
 from __future__ import annotations

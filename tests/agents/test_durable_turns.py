@@ -25,10 +25,10 @@ import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from granikv_agents import RunExecutor, load_spec
-from granikv_agents.store import RunStore
 from granikv_agents.binding import Reply, TurnRequest
 from granikv_agents.graph import RetryConfig
 from granikv_agents.state import ContextPin
+from granikv_agents.store import RunStore
 
 TEAMS = Path(__file__).resolve().parents[2] / "deploy" / "teams"
 QUICK = RetryConfig(max_attempts=2, initial_interval_s=0.05, max_interval_s=0.1)

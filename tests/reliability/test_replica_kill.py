@@ -100,8 +100,13 @@ def executor_lost_mid_run(c: httpx.Client) -> dict[str, Any]:
     assert not saved & set(after), (saved, after)  # the saved turns did not run again
     logged = Counter((e["agent"], e["round"], e["kind"]) for e in log if e["type"] == "turn")
     assert set(logged) == set(keys) and set(logged.values()) == {1}, logged
+    # Saved by the killed executor but not yet in its log: reported by the new one, once,
+    # before it resumed (events.unreported_events).
+    recovered = [e for e in log if e["type"] == "turn" and e.get("recovered")]
+    assert all(e["seq"] < resumed_at for e in recovered), recovered
     return {"run_turns": len(keys), "turns_saved_before_kill": len(done_before),
-            "turns_run_after_resume": sum(after.values()), "run_attempts": view["attempts"]}
+            "turns_run_after_resume": sum(after.values()),
+            "turns_recovered_on_resume": len(recovered), "run_attempts": view["attempts"]}
 
 
 def test_killed_llm_replica_during_a_team_run(base_url: str) -> None:
