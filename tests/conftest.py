@@ -160,7 +160,8 @@ def counters(report: dict[str, Any]) -> dict[str, int]:
     return {"hits": g["hits"]["hits"], "hit_tokens": g["hits"]["hit_tokens"],
             "cold_fallbacks": g["hits"]["cold_fallbacks"],
             "bind_errors": g["events"]["bind_errors"],
-            "bound_requests": g["events"]["bound_requests"]}
+            "bound_requests": g["events"]["bound_requests"],
+            "prefix_reads_skipped": g["events"]["prefix_reads_skipped"]}
 
 
 def fresh_stats(url: str, after: dict[str, Any]) -> dict[str, Any]:

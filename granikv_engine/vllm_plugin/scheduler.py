@@ -51,7 +51,7 @@ class GraniKVSchedulerMixin:
         self._filling: dict[str, str] = {}  # request id -> prefix id it fills
         self.gk_events: dict[str, int] = {"registrations": 0, "fills_done": 0,
                                           "fills_aborted": 0, "bind_errors": 0,
-                                          "bound_requests": 0}
+                                          "bound_requests": 0, "prefix_reads_skipped": 0}
         self.control = Control(self)
         self.step_stats = StepStats()
         offer_scheduler(self)  # the engine core builds its block hasher next
@@ -91,6 +91,11 @@ class GraniKVSchedulerMixin:
     # ---- binding ------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         intent = self._bind(request)
+        if intent is not None and not intent.fill and request.skip_reading_prefix_cache:
+            # Prompt logprobs (or an explicit skip) need every prompt position computed:
+            # stock vLLM skips its prefix cache for such a request, so it skips HOT too.
+            self.gk_events["prefix_reads_skipped"] += 1
+            intent = None
         if intent is not None:
             self.gk.intents[request.request_id] = intent
             self.gk_events["bound_requests"] += 1

@@ -55,7 +55,8 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
     f.add("counter", "granikv_prefix_hit_tokens", "Prompt tokens read from HOT.", labels,
           hits.get("hit_tokens", 0))
     for reason, n in (("cold_fallback", hits.get("cold_fallbacks", 0)),
-                      ("bind_error", events.get("bind_errors", 0))):
+                      ("bind_error", events.get("bind_errors", 0)),
+                      ("prompt_logprobs", events.get("prefix_reads_skipped", 0))):
         f.add("counter", "granikv_prefix_misses", "Bound requests served without HOT.",
               labels, n, {"reason": reason})
     for event in ("bound_requests", "registrations", "fills_done", "fills_aborted"):

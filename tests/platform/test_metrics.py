@@ -17,7 +17,7 @@ REPORT: dict[str, Any] = {
         "prefixes": {"filling": 0, "ready": 2, "cold": 1},
         "hits": {"hits": 5, "hit_tokens": 2325, "cold_fallbacks": 1},
         "events": {"registrations": 2, "fills_done": 2, "fills_aborted": 0, "bind_errors": 0,
-                   "bound_requests": 6},
+                   "bound_requests": 6, "prefix_reads_skipped": 3},
         "evictions": 0,
         "dispatch": {"steps": 7, "groups": {"paged": 5, "cascade": 2},
                      "rows": {"paged": 5, "cascade": 9}, "regimes": {"memory": 7},
@@ -50,6 +50,7 @@ def test_render_reports_every_family() -> None:
     assert at("granikv_prefixes", state="ready") == 2
     assert at("granikv_prefix_hits_total") == 5
     assert at("granikv_prefix_misses_total", reason="cold_fallback") == 1
+    assert at("granikv_prefix_misses_total", reason="prompt_logprobs") == 3
     assert at("granikv_dispatch_groups_total", backend="cascade") == 2
     assert at("granikv_dispatch_regimes_total", regime="memory") == 7
     assert at("granikv_generation_tokens_per_second") == 12.5

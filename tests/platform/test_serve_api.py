@@ -184,6 +184,33 @@ def test_team_root_puts_the_context_first_and_hits_it(client: Client, base_url: 
     assert after["cold_fallbacks"] == before["cold_fallbacks"]
 
 
+def test_prompt_logprobs_on_the_team_root_cover_the_whole_prompt(client: Client,
+                                                                  base_url: str) -> None:
+    """Found by the API fuzzer: a team-route request with ``prompt_logprobs`` read the
+    HOT context without computing its positions, got garbage token ids for them, and
+    the detokenizer's OverflowError killed the replica's engine (HTTP 500, then every
+    request to that replica). Such a request now skips HOT, as stock vLLM skips its
+    prefix cache for it, and its prompt logprobs are real."""
+    blue = client("blue")
+    before = totals(fresh_stats(base_url, stats(base_url)))
+    r = blue.post("/teams/blue/v1/chat/completions",
+                  json=chat_body("what is left to do?", max_tokens=2, prompt_logprobs=1))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    plp = body["prompt_logprobs"]
+    ctx_len = blue.get("/teams/blue/context").json()["length"]
+    assert len(plp) == body["usage"]["prompt_tokens"] > ctx_len > 0 and plp[0] is None
+    for pos in plp[1:]:
+        assert 1 <= len(pos) <= 2, pos  # the prompt token, and the top-1 if it differs
+        for tid, lp in pos.items():
+            assert 0 <= int(tid) < 1024 and lp["logprob"] <= 0.0, (tid, lp)
+    after = totals(fresh_stats(base_url, stats(base_url)))
+    assert after["prefix_reads_skipped"] - before["prefix_reads_skipped"] == 1
+    assert after["hits"] == before["hits"]
+    again = blue.post("/teams/blue/v1/chat/completions", json=chat_body("and now?"))
+    assert again.status_code == 200, again.text  # the engine is alive
+
+
 def test_langchain_chatopenai_on_the_team_root(base_url: str) -> None:
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr

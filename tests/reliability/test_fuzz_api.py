@@ -69,7 +69,7 @@ def well_formed(response: Any) -> str | None:
     """Why the answer is not of the platform's shape (None: it is)."""
     status = response.status_code
     if status >= 500:
-        return f"server error {status}"
+        return f"server error {status}: {response.text[:400]!r}"
     ctype = header(response, "content-type")
     text = response.text
     if status >= 400:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from granikv_engine.vllm_plugin.client import bind_args, control, register
-from tests.vllm_plugin.helpers import assert_same, generate, params, tokens
+from tests.vllm_plugin.helpers import LOGPROB_TOL, assert_same, generate, params, tokens
 
 pytestmark = pytest.mark.vllm
 
@@ -86,3 +86,37 @@ def test_backends_are_granikv_only_when_enabled(stock_llm: Any, gk_llm: Any) -> 
     assert gk_llm.collective_rpc("granikv_backend_names") == [["CUSTOM"]]
     assert stock_llm.llm_engine.vllm_config.cache_config.block_size == 16
     assert gk_llm.llm_engine.vllm_config.cache_config.block_size == 1
+
+
+def test_prompt_logprobs_of_a_bound_request_cover_the_whole_prompt(
+        stock_llm: Any, gk_llm: Any) -> None:
+    """A request that asks for prompt logprobs needs every prompt position computed
+    (stock vLLM skips its prefix cache for it: ``skip_reading_prefix_cache``), so it
+    must not read the HOT prefix either. Found by the API fuzzer: such a request to a
+    team route got prompt logprobs with invalid token ids for the HOT positions, and the
+    detokenizer's OverflowError killed the engine (EngineDeadError, HTTP 500)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prefix = tokens(11, 150)
+    register(gk_llm, "logp", prefix, prefix_id="logp-ctx")
+    st = control(gk_llm, "stats")
+    prompts = [prefix + tokens(600 + j, 6) for j in range(2)]
+
+    def run(llm: Any, extra: dict[str, Any] | None) -> list[Any]:
+        sp = SamplingParams(max_tokens=4, temperature=0.0, prompt_logprobs=2,
+                            detokenize=True, extra_args=extra)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                            use_tqdm=False)
+        return [(o.outputs[0].token_ids, o.prompt_logprobs) for o in outs]
+
+    stock, gk = run(stock_llm, None), run(gk_llm, bind_args("logp", "logp-ctx"))
+    for (ts, ps), (tg, pg), p in zip(stock, gk, prompts, strict=True):
+        assert list(ts) == list(tg)
+        assert len(pg) == len(ps) == len(p) and pg[0] is None
+        for i, (a, b) in enumerate(zip(ps[1:], pg[1:]), start=1):
+            assert p[i] in b and set(a) == set(b), (i, a, b)  # same top-2 + the token
+            assert abs(a[p[i]].logprob - b[p[i]].logprob) < LOGPROB_TOL, i
+    after = control(gk_llm, "stats")
+    assert after["hits"]["hits"] == st["hits"]["hits"]  # served without the HOT prefix
+    assert after["events"]["prefix_reads_skipped"] - st["events"]["prefix_reads_skipped"] == 2
