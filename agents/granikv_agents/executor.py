@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager, suppress
+from contextlib import aclosing, asynccontextmanager, suppress
 from typing import Any
 
 import aiosqlite
@@ -219,13 +219,16 @@ class RunExecutor:
                 await self._event(run_id, "status", {"status": "resumed", "attempt": resumed})
             if not fresh:
                 await self._check_pin(run_id, team, backend, graph, config)
-            async for chunk in graph.astream(
+            # aclosing: if reporting fails, the stream is closed at once (LangGraph stops
+            # its in-flight tasks) instead of lingering until garbage collection.
+            async with aclosing(graph.astream(  # type: ignore[type-var]  # an async generator
                     {"task": team.task} if fresh else None, config,
                     context=RunContext.of(team, backend), stream_mode="updates",
-                    durability="sync", control=control):
-                await self.saver.flush()  # what is reported is in the checkpoint
-                for type_, data in update_events(chunk):
-                    await self._event(run_id, type_, data)
+                    durability="sync", control=control)) as stream:
+                async for chunk in stream:
+                    await self.saver.flush()  # what is reported is in the checkpoint
+                    for type_, data in update_events(chunk):
+                        await self._event(run_id, type_, data)
             await self._finish(run_id, "succeeded")
         except GraphDrained as e:
             await self._finish(run_id, "interrupted", f"stopped: {e.reason}")
