@@ -22,6 +22,9 @@ class GraniKVConfig:
     calibrate: bool = True  # measure the backends at start-up on a GPU
     calibration_path: str = ""  # load (or store) the calibration table here
     min_hot_len: int = 16  # shorter HOT runs are not worth a cascade group
+    # GPU: decode steps whose every group runs the paged kernel replay a FULL CUDA graph
+    # (attention included); steps with a cascade group run PIECEWISE (attention eager).
+    full_cudagraphs: bool = True
     dispatch_margin: float = 0.05
     prompt_match: bool = True  # bind prompts that start with a prefix of their team
     default_team: str = "default"

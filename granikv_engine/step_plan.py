@@ -81,6 +81,11 @@ class KernelPlan:
     cascade_q_index: Tensor  # [Qc] int32, query token ids of cascade groups, group-major
     backends: tuple[Backend, ...]  # per HotGroup, as chosen
     cascade_dev: CascadeMeta | None = None  # None when no group runs the cascade
+    # FA3's ahead-of-time schedule of the paged pass, in a buffer that outlives the step
+    # (FULL CUDA graphs replay it), and the split bound it was made with; None/0: the
+    # kernel schedules itself. Only plans with no cascade group carry one.
+    scheduler_metadata: Tensor | None = None
+    num_splits: int = 0
 
     def kv_csr(self) -> tuple[Tensor, Tensor]:
         """(indptr [B+1], indices [N]) of the suffix slots, for CSR-style kernels."""
@@ -134,6 +139,26 @@ def hot_lengths_host(block_table: np.ndarray, ctx_lens: np.ndarray,
         hi = np.where(todo & ~ok, mid - 1, hi)
 
 
+def group_rows(query_start: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
+               arena: tuple[int, int], min_hot_len: int = 1
+               ) -> tuple[np.ndarray, tuple[HotGroup, ...]]:
+    """Host-side analysis of a step: each row's HOT length (0 below ``min_hot_len``) and
+    the rows grouped by ``(hot_start, hot_len)``. Pure numpy: the model-runner hook runs
+    it before the step's metadata is built (cuda_graphs.py), the builder inside."""
+    q_lens = query_start[1:] - query_start[:-1]
+    hot = hot_lengths_host(block_table, seq_lens - q_lens, arena)
+    by_key: dict[tuple[int, int], list[int]] = {}
+    for i in np.flatnonzero(hot >= min_hot_len).tolist():
+        by_key.setdefault((int(block_table[i, 0]), int(hot[i])), []).append(i)
+    groups = tuple(
+        HotGroup(start, length, tuple(rows), int(q_lens[rows].sum()),
+                 int((seq_lens[rows] - length).sum()))
+        for (start, length), rows in sorted(by_key.items()))
+    if min_hot_len > 1:  # rows below the threshold are plain paged rows
+        hot = np.where(hot >= min_hot_len, hot, 0)
+    return hot, groups
+
+
 @dataclass(frozen=True)
 class StepPlan:
     query_start_loc: Tensor  # [B+1] int32, on the device
@@ -159,18 +184,8 @@ class StepPlan:
             query_start_loc.cpu(), seq_lens.cpu(), block_table.cpu())
         qsl = qsl_h.numpy().astype(np.int64)
         seqs = seq_h.numpy().astype(np.int64)
-        bt = bt_h.numpy()
+        hot, groups = group_rows(qsl, seqs, bt_h.numpy(), arena, min_hot_len)
         q_lens = qsl[1:] - qsl[:-1]
-        hot = hot_lengths_host(bt, seqs - q_lens, arena)
-        by_key: dict[tuple[int, int], list[int]] = {}
-        for i in np.flatnonzero(hot >= min_hot_len).tolist():
-            by_key.setdefault((int(bt[i, 0]), int(hot[i])), []).append(i)
-        groups = tuple(
-            HotGroup(start, length, tuple(rows), int(q_lens[rows].sum()),
-                     int((seqs[rows] - length).sum()))
-            for (start, length), rows in sorted(by_key.items()))
-        if min_hot_len > 1:  # rows below the threshold are plain paged rows
-            hot = np.where(hot >= min_hot_len, hot, 0)
         return cls(query_start_loc, seq_lens, block_table, hot, groups, q_lens, seqs, qsl)
 
     def lower(self, backends: Sequence[Backend], stage: Stager | None = None) -> KernelPlan:

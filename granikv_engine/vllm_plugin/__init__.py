@@ -32,7 +32,8 @@ def register() -> None:
 
 def _hook_model_runner() -> None:
     """After the (V1) model runner builds its attention builders and input batch, give
-    the GraniKV builders the host block table, so building a step never syncs the GPU."""
+    the GraniKV builders the host block table, so building a step never syncs the GPU,
+    and let decode steps that need no cascade replay FULL CUDA graphs (cuda_graphs.py)."""
     try:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     except Exception as e:  # the builder falls back to the call stack
@@ -43,6 +44,8 @@ def _hook_model_runner() -> None:
         return
     if getattr(GPUModelRunner, "_granikv_hooked", False):
         return
+    from granikv_engine.vllm_plugin import cuda_graphs
+
     stock = GPUModelRunner.initialize_kv_cache
 
     @functools.wraps(stock)
@@ -50,7 +53,10 @@ def _hook_model_runner() -> None:
         stock(self, *args, **kwargs)
         from granikv_engine.vllm_plugin.backend import bind_host_block_tables
 
-        bind_host_block_tables(self)
+        if bind_host_block_tables(self):
+            cuda_graphs.enable(self)
+
+    cuda_graphs.install(GPUModelRunner)
 
     GPUModelRunner.initialize_kv_cache = initialize_kv_cache  # type: ignore[method-assign]
     GPUModelRunner._granikv_hooked = True  # type: ignore[attr-defined]

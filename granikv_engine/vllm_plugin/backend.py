@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any, ClassVar
 
@@ -34,7 +34,7 @@ from vllm.v1.attention.backend import (
 from granikv_engine.config import GraniKVConfig
 from granikv_engine.dispatcher import AttnShape, Backend, CalibrationTable, Choice, Dispatcher
 from granikv_engine.stats import DispatchCounters
-from granikv_engine.step_plan import KernelPlan, StepPlan
+from granikv_engine.step_plan import KernelPlan, StepPlan, group_rows
 from granikv_engine.vllm_plugin.attn_ops import ops_for
 from granikv_engine.vllm_plugin.enable import granikv_config
 
@@ -83,9 +83,27 @@ class GraniKVMetadata(AttentionMetadata):
 
 
 class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
-    # Per-step grouping changes the kernels' launch shapes: attention runs eagerly
-    # between CUDA-graph pieces (PIECEWISE).
+    """Once per step: group the rows by HOT prefix, let the dispatcher choose per group,
+    lower to one ``KernelPlan`` for every layer.
+
+    CUDA graphs: a cascade step's launch shapes follow its grouping, so its attention
+    runs eagerly between graph pieces (PIECEWISE). A decode step whose every group runs
+    the paged kernel is the same FA3 call vLLM's own backend makes, over the model
+    runner's persistent buffers plus an ahead-of-time FA3 schedule kept in a buffer of
+    this builder: such steps replay FULL graphs. The model runner hook
+    (``cuda_graphs.py``) asks ``prepare_step`` before the runner picks the step's graph
+    mode and keeps cascade steps out of FULL graphs; ``build`` then honours that answer.
+    """
+
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config: VllmConfig,
+                              kv_cache_spec: Any) -> AttentionCGSupport:
+        cfg = granikv_config(vllm_config)
+        if cfg is not None and cfg.full_cudagraphs and _on_cuda() and _runner_hooked():
+            return AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+        return AttentionCGSupport.NEVER
 
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: VllmConfig,
                  device: torch.device) -> None:
@@ -108,18 +126,101 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         # see bind_host_block_tables); without it each step copies the device table.
         self.host_block_table: Callable[[], torch.Tensor] | None = None
         self._searched_runner = False
+        # FULL graphs (see the class docstring)
+        self._graph_step: bool | None = None  # prepare_step's answer for the next build
+        self._ops: Any = None
+        self._sched_buf: torch.Tensor | None = None
+        self.max_splits = int(getattr(vllm_config.attention_config,
+                                      "flash_attn_max_num_splits_for_cuda_graph", 32) or 32)
+        self._num_q_heads = vllm_config.model_config.get_num_attention_heads(
+            vllm_config.parallel_config)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> GraniKVMetadata:
         cam = common_attn_metadata
         b = cam.num_reqs
+        graph_step, self._graph_step = self._graph_step, None
+        if graph_step is None:  # no prepare_step this step (a dummy run): be safe
+            graph_step = self._graphs_on(cam.num_actual_tokens)
         plan = StepPlan.build(cam.query_start_loc[: b + 1], cam.seq_lens[:b],
                               cam.block_table_tensor[:b], self.arena, self.cfg.min_hot_len,
                               host=self._host_inputs(cam))
         choices = tuple(self.dispatcher.choose_all(g.stats() for g in plan.groups))
+        if graph_step:  # the runner may replay a FULL graph: the paged kernel only
+            choices = tuple(c if c.backend is Backend.PAGED else
+                            c._replace(backend=Backend.PAGED, source="graph")
+                            for c in choices)
+            self.counters.graph_steps += 1
         self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
         kplan = plan.lower([c.backend for c in choices], self.stage)
+        if kplan.cascade_dev is None and self._graphs_on(cam.num_actual_tokens):
+            kplan = self._with_schedule(kplan, cam)
         return GraniKVMetadata(cam.num_actual_tokens, cam.slot_mapping, kplan, choices)
+
+    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata
+                                    ) -> GraniKVMetadata:
+        self._graph_step = True
+        return self.build(0, common_attn_metadata)
+
+    def prepare_step(self, num_scheduled: np.ndarray, num_computed: np.ndarray) -> bool:
+        """Before the runner picks this step's graph mode: True when some group will run
+        the cascade (the step must not replay a FULL graph). The same host analysis and
+        dispatcher as ``build``; without the host block table, True (stay PIECEWISE)."""
+        table = self.host_block_table
+        b = num_scheduled.shape[0]
+        if table is None:
+            self._graph_step = False
+            return True
+        if b == 0:
+            self._graph_step = None
+            return False
+        qsl = np.zeros(b + 1, dtype=np.int64)
+        np.cumsum(num_scheduled, out=qsl[1:])
+        seqs = num_computed.astype(np.int64) + num_scheduled
+        _, groups = group_rows(qsl, seqs, table()[:b].numpy(), self.arena,
+                               self.cfg.min_hot_len)
+        choices = self.dispatcher.choose_all(g.stats() for g in groups)
+        cascade = any(c.backend is Backend.CASCADE for c in choices)
+        self._graph_step = not cascade
+        return cascade
+
+    def set_graph_step(self, flag: bool | None) -> None:
+        self._graph_step = flag
+
+    def _graphs_on(self, num_tokens: int) -> bool:
+        cc = self.vllm_config.compilation_config
+        return (self.cfg.full_cudagraphs and cc.cudagraph_mode is not None
+                and cc.cudagraph_mode.has_full_cudagraphs()
+                and num_tokens <= (cc.max_cudagraph_capture_size or 0))
+
+    def _with_schedule(self, kplan: KernelPlan, cam: CommonAttentionMetadata) -> KernelPlan:
+        """The paged pass with FA3's ahead-of-time schedule in this builder's buffer (the
+        address a FULL graph captured) and a fixed split bound, as vLLM's FA backend does;
+        ``max_seq_len`` is the runner's upper bound (``max_model_len`` at capture)."""
+        if self._ops is None:
+            self._ops = ops_for(self.device)
+        if not hasattr(self._ops, "schedule_paged"):
+            return kplan
+        max_k = max(int(cam.max_seq_len), kplan.max_kv)
+        meta = self._ops.schedule_paged(
+            kplan.query_start_loc, kplan.kv_seq_lens, kplan.max_q, max_k, self._num_q_heads,
+            self.kv_cache_spec.num_kv_heads, self.kv_cache_spec.head_size,
+            self.kv_cache_spec.dtype, self.max_splits)
+        n = meta.shape[0]
+        if self._sched_buf is None or self._sched_buf.shape[0] < n:
+            if self._sched_buf is not None:
+                raise RuntimeError(f"FA3 schedule of {n} entries outgrew its buffer "
+                                   f"({self._sched_buf.shape[0]})")
+            sched = self.vllm_config.scheduler_config
+            rows = max(sched.max_num_seqs, self.vllm_config.compilation_config
+                       .max_cudagraph_capture_size or 0)
+            self._sched_buf = torch.zeros(max(n, 1 + 4 * (-(-rows // 4) * 4)),
+                                          dtype=torch.int32, device=self.device)
+        buf = self._sched_buf
+        buf[:n] = meta
+        buf[n:] = 0  # stale entries past this batch must not schedule work
+        return replace(kplan, max_kv=max_k, scheduler_metadata=buf[:n],
+                       num_splits=self.max_splits)
 
     def _host_inputs(self, cam: CommonAttentionMetadata
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -242,6 +343,21 @@ class GraniKVAttentionImpl(AttentionImpl[GraniKVMetadata]):
         out = output[:n].view(n, self.num_heads, d)
         self._ops.forward(q, k_cache, v_cache, attn_metadata.plan, self.scale, out)
         return output
+
+
+def _runner_hooked() -> bool:
+    """Whether the V1 model runner carries the FULL-graph hook (cuda_graphs.install)."""
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except Exception:  # no runner, no FULL graphs
+        return False
+    return bool(getattr(GPUModelRunner, "_granikv_graphs_hooked", False))
+
+
+def _on_cuda() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cuda())
 
 
 def _attn_shape(vllm_config: VllmConfig, kv_cache_spec: Any) -> AttnShape:

@@ -98,9 +98,12 @@ def worker_dispatch_stats(worker: Any) -> dict[str, Any]:
     """Runs on each worker (via collective_rpc): the dispatcher counters of its GraniKV
     metadata builders, summed."""
     total: dict[str, Any] = {}
+    runner = getattr(worker, "model_runner", None)
+    hooked = set(map(id, getattr(runner, "_granikv_graph_builders", None) or []))
     for b in granikv_builders(worker):
         _merge(total, b.counters.snapshot())
-        _merge(total, {"host_block_table": int(b.host_block_table is not None)})
+        _merge(total, {"host_block_table": int(b.host_block_table is not None),
+                       "full_graph_hook": int(id(b) in hooked)})
     return total
 
 

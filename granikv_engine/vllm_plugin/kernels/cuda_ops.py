@@ -30,6 +30,20 @@ class CudaOps:
         self._merge = merge_attn_states
         self._one: Tensor | None = None
 
+    def schedule_paged(self, cu_q: Tensor, seq_lens: Tensor, max_q: int, max_k: int,
+                       num_q_heads: int, num_kv_heads: int, head_dim: int,
+                       dtype: torch.dtype, num_splits: int) -> Tensor:
+        """FA3's ahead-of-time schedule for ``forward``'s paged pass over page-size-1
+        blocks (as vLLM's FlashAttention backend makes it for FULL CUDA graphs)."""
+        from vllm.vllm_flash_attn import get_scheduler_metadata
+
+        meta: Tensor = get_scheduler_metadata(
+            batch_size=seq_lens.shape[0], max_seqlen_q=max_q, max_seqlen_k=max_k,
+            num_heads_q=num_q_heads, num_heads_kv=num_kv_heads, headdim=head_dim,
+            cache_seqlens=seq_lens, qkv_dtype=dtype, cu_seqlens_q=cu_q, page_size=1,
+            causal=True, window_size=(-1, -1), num_splits=num_splits)
+        return meta
+
     def write_kv(self, key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor,
                  slot_mapping: Tensor, k_scale: Tensor | None = None,
                  v_scale: Tensor | None = None) -> None:
@@ -49,8 +63,8 @@ class CudaOps:
         _, lse, _, _ = self._fwd(
             q, kp, vp, None, None, None, out, plan.query_start_loc, None, None, None,
             plan.kv_seq_lens, plan.max_q, plan.max_kv, plan.block_table, None, None, None,
-            None, None, None, None, None, scale, True, -1, -1, 0.0, True, None, 0, None, 0,
-            None, 1, 0, None)
+            None, None, None, None, None, scale, True, -1, -1, 0.0, True,
+            plan.scheduler_metadata, plan.num_splits, None, 0, None, 1, 0, None)
         d = plan.cascade_dev
         if d is None:
             return

@@ -1,0 +1,76 @@
+"""FULL CUDA graphs for the decode steps GraniKV runs with the paged kernel only.
+
+vLLM's V1 model runner keeps a step out of FULL graphs when its own (batch-global)
+cascade attention is on for that step: ``_compute_cascade_attn_prefix_lens`` returns
+prefix lengths instead of None, and the runner then dispatches the step to PIECEWISE
+graphs. GraniKV turns vLLM's cascade off (``enable.py``) and takes that hook over on
+runners with GraniKV builders and FULL graphs: before the runner picks the step's graph
+mode, every GraniKV builder analyses the step on the host (``prepare_step``: the same
+grouping and dispatcher as its ``build``).
+- Some group goes to the cascade: prefix lengths of 0 for every builder; the step runs
+  PIECEWISE and its attention eagerly, as it always did.
+- None does: None; a uniform decode step may replay a FULL graph. The builders then
+  lower every group to the paged kernel, which is correct for any step: it reads every
+  slot, HOT ones included, through the block table.
+
+Every tensor-parallel rank sees the same scheduler output, host block table and
+calibration table, so every rank makes the same choice.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+
+def install(runner_cls: Any) -> None:
+    """Wrap the runner class's hook once; runners without GraniKV graphs keep stock's."""
+    if getattr(runner_cls, "_granikv_graphs_hooked", False):
+        return
+    stock = runner_cls._compute_cascade_attn_prefix_lens
+
+    @functools.wraps(stock)
+    def _compute_cascade_attn_prefix_lens(self: Any, num_scheduled_tokens: np.ndarray,
+                                          num_computed_tokens: np.ndarray,
+                                          num_common_prefix_blocks: list[int]
+                                          ) -> list[list[int]] | None:
+        builders = getattr(self, "_granikv_graph_builders", None)
+        if not builders:
+            return stock(self, num_scheduled_tokens, num_computed_tokens,
+                         num_common_prefix_blocks)
+        return eager_prefix_lens(self, builders, num_scheduled_tokens, num_computed_tokens)
+
+    runner_cls._compute_cascade_attn_prefix_lens = _compute_cascade_attn_prefix_lens
+    runner_cls._granikv_graphs_hooked = True
+
+
+def eager_prefix_lens(runner: Any, builders: list[Any], num_scheduled: np.ndarray,
+                      num_computed: np.ndarray) -> list[list[int]] | None:
+    """The hook's answer: None (FULL graphs allowed) or all-zero prefix lengths (the
+    step runs PIECEWISE). Every builder is asked, then all get the step's one answer."""
+    cascade = False
+    for b in builders:
+        cascade |= b.prepare_step(num_scheduled, num_computed)
+    if not cascade:
+        return None
+    for b in builders:
+        b.set_graph_step(False)
+    return [[0] * len(groups) for groups in runner.attn_groups]
+
+
+def enable(runner: Any) -> int:
+    """After KV-cache init (graph mode resolved): take the hook over on this runner when
+    it has GraniKV builders and FULL graphs. Returns the number of builders."""
+    from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder
+
+    builders = [b for groups in getattr(runner, "attn_groups", []) or [] for g in groups
+                for b in getattr(g, "metadata_builders", [])
+                if isinstance(b, GraniKVMetadataBuilder) and b.cfg.full_cudagraphs]
+    mode = getattr(getattr(runner, "compilation_config", None), "cudagraph_mode", None)
+    if not builders or mode is None or not mode.has_full_cudagraphs():
+        return 0
+    runner._granikv_graph_builders = builders
+    runner.cascade_attn_enabled = True  # the runner consults the hook only when on
+    return len(builders)

@@ -1,0 +1,148 @@
+"""FULL CUDA graphs for paged-only decode steps (``cuda_graphs.py``): the decision the
+model-runner hook makes before the runner picks a step's graph mode, and what the
+builder then lowers. Pure host logic, checked on the CPU; the GPU replay itself is
+checked in tests/gpu."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from granikv_engine.config import GraniKVConfig
+from granikv_engine.dispatcher import AttnShape, Backend, Dispatcher
+from granikv_engine.stats import DispatchCounters
+from granikv_engine.vllm_plugin import cuda_graphs
+from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder, Stager
+
+ARENA = (1, 1001)
+
+
+def _builder(table: torch.Tensor | None, force: Backend | None, graphs: bool = True,
+             max_capture: int = 64) -> GraniKVMetadataBuilder:
+    b = object.__new__(GraniKVMetadataBuilder)
+    b.cfg = GraniKVConfig(enabled=True, min_hot_len=16)
+    b.arena = ARENA
+    b.dispatcher = Dispatcher(AttnShape(num_q_heads=4, num_kv_heads=2, head_dim=64,
+                                        dtype_bytes=4, hidden_size=256), force=force)
+    b.counters = DispatchCounters()
+    b.stage = Stager(torch.device("cpu"), 256)
+    b.host_block_table = None if table is None else (lambda: table)
+    b._searched_runner = True
+    b._graph_step = None
+    b._ops = None
+    b._sched_buf = None
+    b.max_splits = 32
+    b.device = torch.device("cpu")
+    mode = SimpleNamespace(has_full_cudagraphs=lambda: graphs)
+    b.vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(
+        cudagraph_mode=mode, max_cudagraph_capture_size=max_capture))
+    return b
+
+
+def _table(rows: int, hot: int, own: int) -> torch.Tensor:
+    """rows x (hot + own): a HOT run 1..hot, then COLD slots past the arena."""
+    t = torch.zeros(rows, hot + own + 4, dtype=torch.int32)
+    for i in range(rows):
+        t[i, :hot] = torch.arange(1, hot + 1)
+        t[i, hot:hot + own] = torch.arange(2000 + 100 * i, 2000 + 100 * i + own)
+    return t
+
+
+def _decode(rows: int, hot: int, own: int) -> tuple[np.ndarray, np.ndarray]:
+    """A decode step: one new token per row after hot + own - 1 computed ones."""
+    return np.ones(rows, dtype=np.int32), np.full(rows, hot + own - 1, dtype=np.int32)
+
+
+@pytest.mark.parametrize("force,eager", [(Backend.CASCADE, True), (Backend.PAGED, False)])
+def test_the_step_goes_eager_exactly_when_a_group_runs_the_cascade(force: Backend,
+                                                                   eager: bool) -> None:
+    b = _builder(_table(8, 64, 10), force)
+    runner = SimpleNamespace(attn_groups=[[object(), object()]])
+    got = cuda_graphs.eager_prefix_lens(runner, [b], *_decode(8, 64, 10))
+    assert got == ([[0, 0]] if eager else None)
+    assert b._graph_step is (not eager)
+
+
+def test_rows_without_a_hot_run_never_keep_a_step_out_of_full_graphs() -> None:
+    t = _table(4, 0, 30)  # no HOT slots at all: no group, nothing for the cascade
+    assert cuda_graphs.eager_prefix_lens(SimpleNamespace(attn_groups=[[1]]),
+                                         [_builder(t, Backend.CASCADE)],
+                                         *_decode(4, 0, 30)) is None
+
+
+def test_one_builder_wanting_the_cascade_makes_every_builder_eager() -> None:
+    cascade, paged = _builder(_table(8, 64, 10), Backend.CASCADE), _builder(
+        _table(8, 64, 10), Backend.PAGED)
+    got = cuda_graphs.eager_prefix_lens(SimpleNamespace(attn_groups=[[1], [2]]),
+                                        [paged, cascade], *_decode(8, 64, 10))
+    assert got == [[0], [0]]
+    assert paged._graph_step is False and cascade._graph_step is False
+
+
+def test_without_the_host_block_table_the_step_stays_eager() -> None:
+    b = _builder(None, Backend.PAGED)
+    assert b.prepare_step(*_decode(2, 64, 10)) is True and b._graph_step is False
+
+
+def _cam(table: torch.Tensor, rows: int, hot: int, own: int) -> Any:
+    seq = torch.full((rows,), hot + own, dtype=torch.int32)
+    qsl = torch.arange(rows + 1, dtype=torch.int32)
+    return SimpleNamespace(num_reqs=rows, num_actual_tokens=rows, query_start_loc=qsl,
+                           query_start_loc_cpu=qsl, seq_lens=seq, _seq_lens_cpu=seq,
+                           seq_lens_cpu_upper_bound=seq, block_table_tensor=table,
+                           slot_mapping=torch.arange(rows), max_seq_len=hot + own,
+                           max_query_len=1)
+
+
+def test_a_step_cleared_for_full_graphs_is_lowered_to_the_paged_kernel_only() -> None:
+    """The dispatcher would send the group to the cascade; the hook cleared the step for
+    FULL graphs (its own analysis found none, e.g. from one token fewer): the builder
+    must not lower a cascade the replayed graph would never run."""
+    t = _table(8, 64, 10)
+    b = _builder(t, Backend.CASCADE)
+    b.set_graph_step(True)
+    meta = b.build(0, _cam(t, 8, 64, 10))
+    assert meta.plan.cascade_dev is None and meta.plan.cascade == ()
+    assert [c.backend for c in meta.choices] == [Backend.PAGED]
+    assert meta.choices[0].source == "graph" and b.counters.graph_steps == 1
+    b.set_graph_step(False)  # the hook made the step eager: the cascade runs
+    meta = b.build(0, _cam(t, 8, 64, 10))
+    assert meta.plan.cascade_dev is not None
+    assert [c.backend for c in meta.choices] == [Backend.CASCADE]
+
+
+def test_a_step_nobody_prepared_is_paged_only_when_a_full_graph_could_replay_it() -> None:
+    t = _table(8, 64, 10)
+    small = _builder(t, Backend.CASCADE, max_capture=64)  # 8 tokens: graph-sized
+    assert small.build(0, _cam(t, 8, 64, 10)).plan.cascade_dev is None
+    big = _builder(t, Backend.CASCADE, max_capture=4)  # 8 tokens: never a FULL graph
+    assert big.build(0, _cam(t, 8, 64, 10)).plan.cascade_dev is not None
+    off = _builder(t, Backend.CASCADE, graphs=False)
+    assert off.build(0, _cam(t, 8, 64, 10)).plan.cascade_dev is not None
+
+
+def test_the_hook_is_taken_over_only_with_graniKV_builders_and_full_graphs() -> None:
+    class Runner:
+        def __init__(self, builders: list[Any], full: bool) -> None:
+            self.attn_groups = [[SimpleNamespace(metadata_builders=builders)]]
+            self.compilation_config = SimpleNamespace(
+                cudagraph_mode=SimpleNamespace(has_full_cudagraphs=lambda: full))
+            self.cascade_attn_enabled = False
+
+        def _compute_cascade_attn_prefix_lens(self, *a: Any) -> str:
+            return "stock"
+
+    cuda_graphs.install(Runner)
+    b = _builder(_table(2, 64, 10), Backend.CASCADE)
+    plain = Runner([object()], True)
+    assert cuda_graphs.enable(plain) == 0 and plain.cascade_attn_enabled is False
+    assert plain._compute_cascade_attn_prefix_lens(*_decode(2, 64, 10), [0]) == "stock"
+    eager_only = Runner([b], False)
+    assert cuda_graphs.enable(eager_only) == 0
+    mine = Runner([b], True)
+    assert cuda_graphs.enable(mine) == 1 and mine.cascade_attn_enabled is True
+    assert mine._compute_cascade_attn_prefix_lens(*_decode(2, 64, 10), [0]) == [[0]]
