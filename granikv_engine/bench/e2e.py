@@ -5,6 +5,7 @@ side on one machine and writes the report. Engines:
 - ``stock``: vLLM 0.26 as shipped (block 16, prefix caching), with a timing probe;
 - ``stock-cascade``: the same with vLLM's own batch-global cascade attention enabled;
 - ``granikv-paged``: GraniKV storage (HOT arena + page-1 COLD), unified paged backend only;
+- ``granikv-piecewise``: full GraniKV without FULL CUDA graphs (attention always eager);
 - ``granikv``: full GraniKV with the calibrated dispatcher.
 """
 
@@ -44,9 +45,10 @@ def engine_kwargs(engine: str, max_len: int, hot_slots: int, async_sched: bool,
             kw["disable_cascade_attn"] = False
     else:
         backend = "paged" if engine == "granikv-paged" else "auto"
-        kw["additional_config"] = {"granikv": {"enabled": True, "hot_slots": hot_slots,
-                                               "backend": backend,
-                                               "calibration_path": calibration}}
+        kw["additional_config"] = {"granikv": {
+            "enabled": True, "hot_slots": hot_slots, "backend": backend,
+            "calibration_path": calibration,
+            "full_cudagraphs": engine != "granikv-piecewise"}}
     return kw
 
 
@@ -184,7 +186,8 @@ def main() -> None:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # see make_llm
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True,
-                    choices=["stock", "stock-cascade", "granikv-paged", "granikv"])
+                    choices=["stock", "stock-cascade", "granikv-paged", "granikv-piecewise",
+                             "granikv"])
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--workloads", default="W5,W1,W2,W3")
     ap.add_argument("--out", type=Path, required=True)

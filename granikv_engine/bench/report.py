@@ -29,8 +29,9 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
         for r in run["results"]:
             by.setdefault(r["workload"], {})[r["engine"]] = r
     lines = ["| workload | stock tok/s | GraniKV tok/s | speedup | target | ceiling | "
-             "paged-only tok/s | stock-cascade tok/s | TTFT p50 s (stock / GraniKV) | "
-             "ITL p50 ms (stock / GraniKV) |", "|" + "---|" * 10]
+             "paged-only tok/s | no FULL graphs tok/s | stock-cascade tok/s | "
+             "TTFT p50 s (stock / GraniKV) | ITL p50 ms (stock / GraniKV) |",
+             "|" + "---|" * 11]
     speed: dict[str, dict[str, float]] = {}
     for name in sorted(by):
         e = by[name]
@@ -48,7 +49,7 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
         w = WORKLOADS[name]
         lines.append(f"| {name} | {f(st)} | {f(gk)} | {x} | {w.target_x}x | "
                      f"{f'{w.ceiling_x}x' if w.ceiling_x else '-'} | "
-                     f"{f(e.get('granikv-paged'))} | "
+                     f"{f(e.get('granikv-paged'))} | {f(e.get('granikv-piecewise'))} | "
                      f"{f(e.get('stock-cascade'))} | {lat('ttft_s', 1)} | "
                      f"{lat('itl_s', 1e3)} |")
     return "\n".join(lines), speed
@@ -81,14 +82,14 @@ def e2e_plot(speed: dict[str, dict[str, float]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    engines = ["stock", "stock-cascade", "granikv-paged", "granikv"]
+    engines = ["stock", "stock-cascade", "granikv-paged", "granikv-piecewise", "granikv"]
     names = sorted(speed)
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    width = 0.2
+    width = 0.16
     for i, eng in enumerate(engines):
         vals = [speed[n].get(eng, 0) for n in names]
         ax.bar([j + i * width for j in range(len(names))], vals, width, label=eng)
-    ax.set_xticks([j + 1.5 * width for j in range(len(names))], names)
+    ax.set_xticks([j + 2 * width for j in range(len(names))], names)
     ax.set_ylabel("output tokens/s")
     ax.set_title("End to end on H200s (-TPn: n GPUs): stock vLLM 0.26 vs GraniKV (dummy weights)")
     ax.legend()

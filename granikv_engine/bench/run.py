@@ -40,6 +40,8 @@ PHASES: dict[str, list[str]] = {
                       "--workloads", "W1,W3"],
     "granikv-paged": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv-paged",
                       "--workloads", "W1,W3"],
+    "granikv-piecewise": [PY, "-m", "granikv_engine.bench.e2e", "--engine",
+                          "granikv-piecewise", "--workloads", "W5,W1"],
     "w4-stock": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock",
                  "--model", "qwen2.5-14b", "--workloads", "W4"],
     "w4-granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
@@ -115,7 +117,8 @@ def main() -> None:
 def _command(phase: str, args: argparse.Namespace) -> list[str]:
     """The phase's command line with this run's overrides."""
     cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
-    if args.workloads and phase in ("stock", "granikv", "stock-cascade", "granikv-paged"):
+    if args.workloads and phase in ("stock", "granikv", "stock-cascade", "granikv-paged",
+                                    "granikv-piecewise"):
         cmd[cmd.index("--workloads") + 1] = args.workloads
     if phase == "kernels":
         cmd[cmd.index("--budget-s") + 1] = args.kernel_budget

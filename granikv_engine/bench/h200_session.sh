@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The device session's runs, one step per call (each under the 10-minute call limit), on
+# the H200 after the three transfers of ../shared/gpu/README.md:
+#   bash granikv_engine/bench/h200_session.sh install|gate|llama|qwen
+# Results go to $OUT (JSON, engine logs, profile summary), at most 8 files per call.
+set -uo pipefail
+OUT=${OUT:?set OUT}
+step=$1
+export PYTHONPATH=/tmp/site:$PWD
+
+case $step in
+install)
+  cp .gpu/part_* /tmp/gk/ && bash .gpu/install.sh >/tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
+  tail -2 /tmp/install.log
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { tail -5 /tmp/pip.log; exit 1; }
+  ;;
+gate)  # GPU tests (kernels, FULL-graph replay, engine vs stock), then W5 on three engines
+  timeout 240 python3 -m pytest tests/gpu -m gpu -q -s -p no:cacheprovider 2>&1 \
+    | grep -v "^(EngineCore" | tail -60 >"$OUT/gpu-tests.txt"
+  tail -25 "$OUT/gpu-tests.txt"
+  GRANIKV_BENCH_KV_GIB=10 timeout 330 python3 -m granikv_engine.bench.run --out /tmp/r5 \
+    --phases "stock~granikv~granikv-piecewise" --workloads W5 --attribution none \
+    --hot-slots 20000 --profile --timeout 320 | grep -E "^==|tok/s"
+  python3 -m granikv_engine.bench.trace_summary /tmp/r5/profile --top 12 >"$OUT/profile-w5.md" 2>&1
+  cp /tmp/r5/*.json /tmp/r5/*.log "$OUT/"
+  grep -E "^## |steps \(" "$OUT/profile-w5.md"
+  ;;
+llama)  # W5, W1, W2, W3: stock and GraniKV on one GPU, timed in turn
+  GRANIKV_BENCH_KV_GIB=42 timeout 580 python3 -m granikv_engine.bench.run --out /tmp/rl \
+    --phases "stock~granikv" --workloads W5,W1,W2,W3 --attribution none --timeout 570 \
+    | grep -E "^==|tok/s"
+  cp /tmp/rl/*.json /tmp/rl/*.log "$OUT/"
+  ;;
+qwen)  # W4 (Qwen2.5-14B): two engines of 14B with 40 GiB of KV each do not fit one
+  # GPU together, so stock, then GraniKV, each alone (0.9 of the GPU)
+  timeout 590 python3 -m granikv_engine.bench.run --out /tmp/rq \
+    --phases "w4-stock,w4-granikv" --timeout 290 | grep -E "^==|tok/s"
+  cp /tmp/rq/*.json /tmp/rq/*.log "$OUT/"
+  ;;
+*) echo "unknown step $step"; exit 2 ;;
+esac
