@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device session's runs, one step per call (each under the 10-minute call limit), on
 # the H200 after the three transfers of ../shared/gpu/README.md:
-#   bash granikv_engine/bench/h200_session.sh install|gate|llama|qwen
+#   bash granikv_engine/bench/h200_session.sh install|gate|llama|w2|w1-profile|qwen
 # Results go to $OUT (JSON, engine logs, profile summary), at most 8 files per call.
 set -uo pipefail
 OUT=${OUT:?set OUT}
@@ -30,6 +30,19 @@ llama)  # W5, W1, W2, W3: stock and GraniKV on one GPU, timed in turn
     --phases "stock~granikv" --workloads W5,W1,W2,W3 --attribution none --timeout 570 \
     | grep -E "^==|tok/s"
   cp /tmp/rl/*.json /tmp/rl/*.log "$OUT/"
+  ;;
+w2)  # W2 alone, its HOT arena sized to its prefix: both engines on one GPU, in turn
+  GRANIKV_BENCH_KV_GIB=42 timeout 580 python3 -m granikv_engine.bench.run --out /tmp/r2 \
+    --phases "w2-stock~w2-granikv" --timeout 570 | grep -E "^==|tok/s"
+  cp /tmp/r2/*.json /tmp/r2/*.log "$OUT/"
+  ;;
+w1-profile)  # where a W1 step's time goes (cascade steps, PIECEWISE)
+  GRANIKV_BENCH_KV_GIB=42 timeout 580 python3 -m granikv_engine.bench.run --out /tmp/rp \
+    --phases "stock~granikv" --workloads W1 --attribution none --profile --timeout 570 \
+    | grep -E "^==|tok/s"
+  python3 -m granikv_engine.bench.trace_summary /tmp/rp/profile --top 15 >"$OUT/profile-w1.md" 2>&1
+  cp /tmp/rp/*.json /tmp/rp/*.log "$OUT/"
+  grep -E "^## |steps \(" "$OUT/profile-w1.md"
   ;;
 qwen)  # W4 (Qwen2.5-14B): two engines of 14B with 40 GiB of KV each do not fit one
   # GPU together, so stock, then GraniKV, each alone (0.9 of the GPU)
