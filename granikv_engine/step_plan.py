@@ -116,27 +116,52 @@ def hot_lengths(block_table: Tensor, ctx_lens: Tensor, arena: tuple[int, int]) -
 
 def hot_lengths_host(block_table: np.ndarray, ctx_lens: np.ndarray,
                      arena: tuple[int, int]) -> np.ndarray:
-    """Same result as ``hot_lengths`` in O(B log L): a binary search per row.
+    """Same result as ``hot_lengths`` without scanning the rows.
 
-    Valid because a row's arena slots are exactly one leading contiguous run (the
-    scheduler gives HOT blocks only as a prefix, and COLD blocks are never inside the
-    arena), so "slot k == first + k" holds for k below the run and fails after it."""
+    A row's arena slots are exactly one leading contiguous run (the scheduler gives HOT
+    blocks only as a prefix, and COLD blocks are never inside the arena), so "slot k ==
+    first + k" holds for k below the run and fails after it: a binary search finds its
+    end. Rows that start at the same slot almost always share the run (the agents of
+    one team), so one row per start is searched (in Python: a few microseconds, where
+    numpy's per-call cost dominates at this size) and the others are only verified at
+    that length (two gathers); a row that fails the check is searched on its own."""
     b = block_table.shape[0]
+    out = np.zeros(b, dtype=np.int64)
     if b == 0 or block_table.shape[1] == 0:
-        return np.zeros(b, dtype=np.int64)
+        return out
     first = block_table[:, 0].astype(np.int64)
-    hi = np.minimum(ctx_lens.astype(np.int64), arena[1] - first)
-    hi = np.where((first >= arena[0]) & (first < arena[1]), np.maximum(hi, 0), 0)
-    lo = np.zeros(b, dtype=np.int64)
-    rows = np.arange(b)
-    while True:
-        todo = lo < hi
-        if not todo.any():
-            return lo
+    inside = (first >= arena[0]) & (first < arena[1])
+    hi = np.where(inside, np.minimum(ctx_lens.astype(np.int64), arena[1] - first), 0)
+    rows = np.flatnonzero(hi > 0)
+    if rows.size == 0:
+        return out
+    starts, inverse = np.unique(first[rows], return_inverse=True)
+    cand = np.empty(starts.size, dtype=np.int64)
+    for k in range(starts.size):  # one representative per start: the longest bound
+        mine = rows[inverse == k]
+        i = int(mine[np.argmax(hi[mine])])
+        cand[k] = _run_length(block_table[i], int(first[i]), int(hi[i]))
+    c = np.minimum(cand[inverse], hi[rows])
+    f, width = first[rows], block_table.shape[1]
+    below = np.where(c > 0, block_table[rows, np.maximum(c - 1, 0)] == f + c - 1, True)
+    ends = (c == hi[rows]) | (block_table[rows, np.minimum(c, width - 1)] != f + c)
+    good = below & ends
+    out[rows[good]] = c[good]
+    for i in rows[~good].tolist():
+        out[i] = _run_length(block_table[i], int(first[i]), int(hi[i]))
+    return out
+
+
+def _run_length(row: np.ndarray, first: int, bound: int) -> int:
+    """Largest n <= bound with row[k] == first + k for all k < n (row[0] == first)."""
+    lo, hi = 0, bound
+    while lo < hi:
         mid = (lo + hi + 1) // 2
-        ok = block_table[rows, np.where(todo, mid - 1, 0)] == first + mid - 1
-        lo = np.where(todo & ok, mid, lo)
-        hi = np.where(todo & ~ok, mid - 1, hi)
+        if row[mid - 1] == first + mid - 1:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def group_rows(query_start: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
@@ -147,13 +172,20 @@ def group_rows(query_start: np.ndarray, seq_lens: np.ndarray, block_table: np.nd
     it before the step's metadata is built (cuda_graphs.py), the builder inside."""
     q_lens = query_start[1:] - query_start[:-1]
     hot = hot_lengths_host(block_table, seq_lens - q_lens, arena)
-    by_key: dict[tuple[int, int], list[int]] = {}
-    for i in np.flatnonzero(hot >= min_hot_len).tolist():
-        by_key.setdefault((int(block_table[i, 0]), int(hot[i])), []).append(i)
-    groups = tuple(
-        HotGroup(start, length, tuple(rows), int(q_lens[rows].sum()),
-                 int((seq_lens[rows] - length).sum()))
-        for (start, length), rows in sorted(by_key.items()))
+    rows = np.flatnonzero(hot >= min_hot_len)
+    groups: tuple[HotGroup, ...] = ()
+    if rows.size:  # by (start, length), in that order; rows ascending inside a group
+        span = int(arena[1]) + 1  # hot_len <= arena end: one int64 key per (start, len)
+        keys = block_table[rows, 0].astype(np.int64) * span + hot[rows]
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.cumsum(np.bincount(inverse, minlength=uniq.size))[:-1]
+        q_sum = np.bincount(inverse, weights=q_lens[rows], minlength=uniq.size)
+        s_sum = np.bincount(inverse, weights=seq_lens[rows] - hot[rows], minlength=uniq.size)
+        groups = tuple(
+            HotGroup(int(uniq[g] // span), int(uniq[g] % span), tuple(members.tolist()),
+                     int(q_sum[g]), int(s_sum[g]))
+            for g, members in enumerate(np.split(rows[order], bounds)))
     if min_hot_len > 1:  # rows below the threshold are plain paged rows
         hot = np.where(hot >= min_hot_len, hot, 0)
     return hot, groups
@@ -177,14 +209,17 @@ class StepPlan:
     @classmethod
     def build(cls, query_start_loc: Tensor, seq_lens: Tensor, block_table: Tensor,
               arena: tuple[int, int], min_hot_len: int = 1,
-              host: tuple[Tensor, Tensor, Tensor] | None = None) -> StepPlan:
+              host: tuple[Tensor, Tensor, Tensor] | None = None,
+              analysed: tuple[np.ndarray, tuple[HotGroup, ...]] | None = None) -> StepPlan:
         """``host``: CPU copies of (query_start_loc, seq_lens, block_table); without them
-        the device tensors are copied (a device sync on a GPU)."""
+        the device tensors are copied (a device sync on a GPU). ``analysed``: what
+        ``group_rows`` already returned for these very inputs."""
         qsl_h, seq_h, bt_h = host if host is not None else (
             query_start_loc.cpu(), seq_lens.cpu(), block_table.cpu())
         qsl = qsl_h.numpy().astype(np.int64)
         seqs = seq_h.numpy().astype(np.int64)
-        hot, groups = group_rows(qsl, seqs, bt_h.numpy(), arena, min_hot_len)
+        hot, groups = analysed if analysed is not None else group_rows(
+            qsl, seqs, bt_h.numpy(), arena, min_hot_len)
         q_lens = qsl[1:] - qsl[:-1]
         return cls(query_start_loc, seq_lens, block_table, hot, groups, q_lens, seqs, qsl)
 

@@ -34,7 +34,7 @@ from vllm.v1.attention.backend import (
 from granikv_engine.config import GraniKVConfig
 from granikv_engine.dispatcher import AttnShape, Backend, CalibrationTable, Choice, Dispatcher
 from granikv_engine.stats import DispatchCounters
-from granikv_engine.step_plan import KernelPlan, StepPlan, group_rows
+from granikv_engine.step_plan import HotGroup, KernelPlan, StepPlan, group_rows
 from granikv_engine.vllm_plugin.attn_ops import ops_for
 from granikv_engine.vllm_plugin.enable import granikv_config
 
@@ -128,6 +128,7 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         self._searched_runner = False
         # FULL graphs (see the class docstring)
         self._graph_step: bool | None = None  # prepare_step's answer for the next build
+        self._prepared: Prepared | None = None  # prepare_step's analysis, for build
         self._ops: Any = None
         self._sched_buf: torch.Tensor | None = None
         self.max_splits = int(getattr(vllm_config.attention_config,
@@ -140,11 +141,13 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         cam = common_attn_metadata
         b = cam.num_reqs
         graph_step, self._graph_step = self._graph_step, None
+        prepared, self._prepared = self._prepared, None
         if graph_step is None:  # no prepare_step this step (a dummy run): be safe
             graph_step = self._graphs_on(cam.num_actual_tokens)
+        host = self._host_inputs(cam)
         plan = StepPlan.build(cam.query_start_loc[: b + 1], cam.seq_lens[:b],
                               cam.block_table_tensor[:b], self.arena, self.cfg.min_hot_len,
-                              host=self._host_inputs(cam))
+                              host=host, analysed=_same_step(prepared, host))
         choices = tuple(self.dispatcher.choose_all(g.stats() for g in plan.groups))
         if graph_step:  # the runner may replay a FULL graph: the paged kernel only
             choices = tuple(c if c.backend is Backend.PAGED else
@@ -168,6 +171,7 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         dispatcher as ``build``; without the host block table, True (stay PIECEWISE)."""
         table = self.host_block_table
         b = num_scheduled.shape[0]
+        self._prepared = None
         if table is None:
             self._graph_step = False
             return True
@@ -177,8 +181,9 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         qsl = np.zeros(b + 1, dtype=np.int64)
         np.cumsum(num_scheduled, out=qsl[1:])
         seqs = num_computed.astype(np.int64) + num_scheduled
-        _, groups = group_rows(qsl, seqs, table()[:b].numpy(), self.arena,
-                               self.cfg.min_hot_len)
+        hot, groups = group_rows(qsl, seqs, table()[:b].numpy(), self.arena,
+                                 self.cfg.min_hot_len)
+        self._prepared = (qsl, seqs, hot, groups)  # build reuses it if its inputs agree
         choices = self.dispatcher.choose_all(g.stats() for g in groups)
         cascade = any(c.backend is Backend.CASCADE for c in choices)
         self._graph_step = not cascade
@@ -343,6 +348,24 @@ class GraniKVAttentionImpl(AttentionImpl[GraniKVMetadata]):
         out = output[:n].view(n, self.num_heads, d)
         self._ops.forward(q, k_cache, v_cache, attn_metadata.plan, self.scale, out)
         return output
+
+
+Prepared = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[HotGroup, ...]]
+
+
+def _same_step(prepared: Prepared | None,
+               host: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+               ) -> tuple[np.ndarray, tuple[HotGroup, ...]] | None:
+    """prepare_step's (hot lengths, groups) when ``build`` sees the same step: the same
+    query starts and sequence lengths (the runner's optimistic lengths are computed
+    and scheduled tokens, as prepare_step adds them) over the same host block table."""
+    if prepared is None or host is None:
+        return None
+    qsl, seqs, hot, groups = prepared
+    qh, sh = host[0].numpy(), host[1].numpy()
+    if qh.shape != qsl.shape or not (np.array_equal(qh, qsl) and np.array_equal(sh, seqs)):
+        return None
+    return hot, groups
 
 
 def _runner_hooked() -> bool:

@@ -120,3 +120,69 @@ def test_host_binary_search_equals_the_full_scan() -> None:
         got = hot_lengths_host(bt, ctx, arena)
         ref = hot_lengths(torch.from_numpy(bt), torch.from_numpy(ctx), arena)
         assert got.tolist() == ref.tolist()
+
+
+def _team_rows(rng, b: int, width: int, arena: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """Rows of a few teams: most rows of a start share its run; some are shorter (a
+    prompt that is the prefix itself, a fill still prefilling) or longer; some have no
+    HOT run; COLD slots after the run sometimes continue the arena's numbering."""
+    import numpy as np
+
+    bt = rng.integers(arena[1], 5000, size=(b, width)).astype(np.int32)
+    ctx = rng.integers(0, width, size=b)
+    starts = [1, 50, 200]  # 200 lies outside the smaller arena: never HOT there
+
+    def longest(s: int) -> int:
+        return max(1, min(width, arena[1] - s)) if s < arena[1] else width
+
+    runs = {s: int(rng.integers(1, longest(s) + 1)) for s in starts}
+    for i in range(b):
+        if rng.random() < 0.85:
+            s = starts[int(rng.integers(0, 3))]
+            run = runs[s] if rng.random() < 0.8 else int(rng.integers(1, longest(s) + 1))
+            bt[i, :run] = np.arange(s, s + run)
+            if rng.random() < 0.3 and run < width and s + run >= arena[1]:
+                bt[i, run] = s + run
+    return bt, ctx
+
+
+def test_host_search_equals_the_full_scan_when_rows_share_starts() -> None:
+    import numpy as np
+
+    from granikv_engine.step_plan import hot_lengths_host
+
+    rng = np.random.default_rng(1)
+    for arena in ((1, 401), (1, 120)):
+        for _ in range(300):
+            bt, ctx = _team_rows(rng, int(rng.integers(1, 40)), 64, arena)
+            got = hot_lengths_host(bt, ctx, arena)
+            ref = hot_lengths(torch.from_numpy(bt), torch.from_numpy(ctx), arena)
+            assert got.tolist() == ref.tolist()
+
+
+def test_group_rows_equals_a_plain_grouping() -> None:
+    import numpy as np
+
+    from granikv_engine.step_plan import group_rows
+
+    rng = np.random.default_rng(2)
+    arena = (1, 401)
+    for _ in range(300):
+        b = int(rng.integers(1, 40))
+        bt, _ = _team_rows(rng, b, 64, arena)
+        q = rng.integers(1, 5, size=b)
+        qsl = np.concatenate([[0], np.cumsum(q)])
+        seqs = rng.integers(1, 64, size=b) + q
+        seqs = np.minimum(seqs, 64)
+        min_len = int(rng.choice([1, 16]))
+        hot, groups = group_rows(qsl, seqs, bt, arena, min_len)
+        ref_hot = hot_lengths(torch.from_numpy(bt), torch.from_numpy(seqs - q), arena).numpy()
+        by: dict[tuple[int, int], list[int]] = {}
+        for i in range(b):
+            if ref_hot[i] >= min_len:
+                by.setdefault((int(bt[i, 0]), int(ref_hot[i])), []).append(i)
+        want = [(s, n, tuple(r), int(q[r].sum()), int((seqs[r] - n).sum()))
+                for (s, n), r in sorted(by.items())]
+        assert [(g.hot_start, g.hot_len, g.rows, g.num_queries, g.suffix_tokens)
+                for g in groups] == want
+        assert hot.tolist() == np.where(ref_hot >= min_len, ref_hot, 0).tolist()

@@ -33,6 +33,7 @@ def _builder(table: torch.Tensor | None, force: Backend | None, graphs: bool = T
     b.host_block_table = None if table is None else (lambda: table)
     b._searched_runner = True
     b._graph_step = None
+    b._prepared = None
     b._ops = None
     b._sched_buf = None
     b.max_splits = 32
@@ -146,3 +147,25 @@ def test_the_hook_is_taken_over_only_with_graniKV_builders_and_full_graphs() -> 
     mine = Runner([b], True)
     assert cuda_graphs.enable(mine) == 1 and mine.cascade_attn_enabled is True
     assert mine._compute_cascade_attn_prefix_lens(*_decode(2, 64, 10), [0]) == [[0]]
+
+
+def test_build_reuses_the_hooks_analysis_of_the_same_step(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """prepare_step and build analyse one step each; build takes prepare_step's result
+    when its host inputs are the same, and analyses again when they are not."""
+    from granikv_engine import step_plan
+
+    calls = []
+    real = step_plan.group_rows
+    monkeypatch.setattr(step_plan, "group_rows", lambda *a: calls.append(1) or real(*a))
+    t = _table(8, 64, 10)
+    b = _builder(t, Backend.CASCADE, graphs=False)
+    assert b.prepare_step(*_decode(8, 64, 10)) is True
+    meta = b.build(0, _cam(t, 8, 64, 10))
+    assert calls == [] and meta.plan.cascade_dev is not None
+    b.prepare_step(*_decode(8, 64, 10))
+    other = _cam(t, 8, 64, 9)  # one token fewer: not the step prepare_step saw
+    meta = b.build(0, other)
+    assert calls == [1] and meta.plan.cascade_dev is not None
+    b.build(0, _cam(t, 8, 64, 10))  # nothing prepared: analysed again
+    assert calls == [1, 1]
