@@ -40,25 +40,25 @@ def _is(event: dict[str, Any], marker: str | None) -> bool:
             and event["name"].startswith(marker))
 
 
-def union_us(intervals: Iterable[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
+def _merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping intervals merged, in order."""
+    out: list[tuple[float, float]] = []
     for s, e in sorted(intervals):
-        if e <= end:
-            continue
-        total += e - max(s, end)
-        end = e
-    return total
-
-
-def gaps(intervals: list[tuple[float, float]]) -> list[float]:
-    """Idle stretches between merged busy intervals, in us."""
-    out: list[float] = []
-    end = None
-    for s, e in sorted(intervals):
-        if end is not None and s > end:
-            out.append(s - end)
-        end = e if end is None else max(end, e)
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
     return out
+
+
+def union_us(intervals: Iterable[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in _merged(intervals))
+
+
+def gaps(intervals: Iterable[tuple[float, float]]) -> list[float]:
+    """Idle stretches between merged busy intervals, in us."""
+    m = _merged(intervals)
+    return [b[0] - a[1] for a, b in zip(m, m[1:])]
 
 
 def summarise(events: list[dict[str, Any]], top: int = 25) -> dict[str, Any]:

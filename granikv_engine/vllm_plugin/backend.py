@@ -145,10 +145,12 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         if graph_step is None:  # no prepare_step this step (a dummy run): be safe
             graph_step = self._graphs_on(cam.num_actual_tokens)
         host = self._host_inputs(cam)
+        same = _same_step(prepared, host)
         plan = StepPlan.build(cam.query_start_loc[: b + 1], cam.seq_lens[:b],
                               cam.block_table_tensor[:b], self.arena, self.cfg.min_hot_len,
-                              host=host, analysed=_same_step(prepared, host))
-        choices = tuple(self.dispatcher.choose_all(g.stats() for g in plan.groups))
+                              host=host, analysed=same[:2] if same else None)
+        choices = same[2] if same else tuple(
+            self.dispatcher.choose_all(g.stats() for g in plan.groups))
         if graph_step:  # the runner may replay a FULL graph: the paged kernel only
             choices = tuple(c if c.backend is Backend.PAGED else
                             c._replace(backend=Backend.PAGED, source="graph")
@@ -183,8 +185,8 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         seqs = num_computed.astype(np.int64) + num_scheduled
         hot, groups = group_rows(qsl, seqs, table()[:b].numpy(), self.arena,
                                  self.cfg.min_hot_len)
-        self._prepared = (qsl, seqs, hot, groups)  # build reuses it if its inputs agree
-        choices = self.dispatcher.choose_all(g.stats() for g in groups)
+        choices = tuple(self.dispatcher.choose_all(g.stats() for g in groups))
+        self._prepared = (qsl, seqs, hot, groups, choices)  # build reuses it if it agrees
         cascade = any(c.backend is Backend.CASCADE for c in choices)
         self._graph_step = not cascade
         return cascade
@@ -212,15 +214,11 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
             self.kv_cache_spec.num_kv_heads, self.kv_cache_spec.head_size,
             self.kv_cache_spec.dtype, self.max_splits)
         n = meta.shape[0]
-        if self._sched_buf is None or self._sched_buf.shape[0] < n:
-            if self._sched_buf is not None:
-                raise RuntimeError(f"FA3 schedule of {n} entries outgrew its buffer "
-                                   f"({self._sched_buf.shape[0]})")
-            sched = self.vllm_config.scheduler_config
-            rows = max(sched.max_num_seqs, self.vllm_config.compilation_config
-                       .max_cudagraph_capture_size or 0)
-            self._sched_buf = torch.zeros(max(n, 1 + 4 * (-(-rows // 4) * 4)),
-                                          dtype=torch.int32, device=self.device)
+        if self._sched_buf is None:  # FA3's size for the most rows a step can have
+            rows = max(self.vllm_config.scheduler_config.max_num_seqs,
+                       self.vllm_config.compilation_config.max_cudagraph_capture_size or 0)
+            self._sched_buf = torch.zeros(1 + 4 * (-(-rows // 4) * 4), dtype=torch.int32,
+                                          device=self.device)
         buf = self._sched_buf
         buf[:n] = meta
         buf[n:] = 0  # stale entries past this batch must not schedule work
@@ -264,17 +262,20 @@ class Stager:
         return self.dev[:n]
 
 
+def runner_builders(runner: Any) -> list[tuple[int, GraniKVMetadataBuilder]]:
+    """(KV-cache group id, builder) for every GraniKV builder of a model runner."""
+    return [(gid, b) for gid, groups in enumerate(getattr(runner, "attn_groups", []) or [])
+            for group in groups for b in getattr(group, "metadata_builders", [])
+            if isinstance(b, GraniKVMetadataBuilder)]
+
+
 def bind_host_block_tables(runner: Any) -> int:
     """Give every GraniKV builder of a (V1) model runner its host block table."""
     ref = weakref.ref(runner)
-    n = 0
-    for gid, groups in enumerate(getattr(runner, "attn_groups", []) or []):
-        for group in groups:
-            for b in getattr(group, "metadata_builders", []):
-                if isinstance(b, GraniKVMetadataBuilder):
-                    b.host_block_table = _host_table(ref, gid)
-                    n += 1
-    return n
+    found = runner_builders(runner)
+    for gid, b in found:
+        b.host_block_table = _host_table(ref, gid)
+    return len(found)
 
 
 def bind_from_caller(builder: GraniKVMetadataBuilder, depth: int = 12) -> bool:
@@ -350,22 +351,24 @@ class GraniKVAttentionImpl(AttentionImpl[GraniKVMetadata]):
         return output
 
 
-Prepared = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[HotGroup, ...]]
+Analysis = tuple[np.ndarray, tuple[HotGroup, ...], tuple[Choice, ...]]
+Prepared = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[HotGroup, ...], tuple[Choice, ...]]
 
 
 def _same_step(prepared: Prepared | None,
                host: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
-               ) -> tuple[np.ndarray, tuple[HotGroup, ...]] | None:
-    """prepare_step's (hot lengths, groups) when ``build`` sees the same step: the same
-    query starts and sequence lengths (the runner's optimistic lengths are computed
-    and scheduled tokens, as prepare_step adds them) over the same host block table."""
+               ) -> Analysis | None:
+    """prepare_step's (hot lengths, groups, choices) when ``build`` sees the same step:
+    the same query starts and sequence lengths (the runner's optimistic lengths are
+    computed and scheduled tokens, as prepare_step adds them) over the same host block
+    table."""
     if prepared is None or host is None:
         return None
-    qsl, seqs, hot, groups = prepared
+    qsl, seqs, hot, groups, choices = prepared
     qh, sh = host[0].numpy(), host[1].numpy()
     if qh.shape != qsl.shape or not (np.array_equal(qh, qsl) and np.array_equal(sh, seqs)):
         return None
-    return hot, groups
+    return hot, groups, choices
 
 
 def _runner_hooked() -> bool:

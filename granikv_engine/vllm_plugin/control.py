@@ -86,12 +86,9 @@ class Control:
 
 def granikv_builders(worker: Any) -> list[Any]:
     """The GraniKV metadata builders of a worker's model runner."""
-    from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder
+    from granikv_engine.vllm_plugin.backend import runner_builders
 
-    runner = getattr(worker, "model_runner", None)
-    return [b for groups in getattr(runner, "attn_groups", []) or [] for group in groups
-            for b in getattr(group, "metadata_builders", [])
-            if isinstance(b, GraniKVMetadataBuilder)]
+    return [b for _, b in runner_builders(getattr(worker, "model_runner", None))]
 
 
 def worker_dispatch_stats(worker: Any) -> dict[str, Any]:
