@@ -22,9 +22,13 @@ class GraniKVConfig:
     calibrate: bool = True  # measure the backends at start-up on a GPU
     calibration_path: str = ""  # load (or store) the calibration table here
     min_hot_len: int = 16  # shorter HOT runs are not worth a cascade group
-    # GPU: decode steps whose every group runs the paged kernel replay a FULL CUDA graph
-    # (attention included); steps with a cascade group run PIECEWISE (attention eager).
+    # GPU: decode steps replay FULL CUDA graphs (attention included); steps with prefill
+    # rows, and small ones with a cascade group, run PIECEWISE (attention eager).
     full_cudagraphs: bool = True
+    # FULL graphs of at least this many rows carry the cascade (graph_plan.py) for up to
+    # cascade_graph_groups HOT groups a step; 0: cascade steps always run PIECEWISE
+    cascade_graph_min_rows: int = 16
+    cascade_graph_groups: int = 16
     dispatch_margin: float = 0.05
     prompt_match: bool = True  # bind prompts that start with a prefix of their team
     default_team: str = "default"
@@ -36,6 +40,9 @@ class GraniKVConfig:
             raise ValueError("granikv.hot_slots must be >= 0")
         if not 0.0 <= self.hot_fraction < 1.0:
             raise ValueError("granikv.hot_fraction must be in [0, 1)")
+        if self.cascade_graph_min_rows < 0 or self.cascade_graph_groups < 1:
+            raise ValueError("granikv.cascade_graph_min_rows must be >= 0 and "
+                             "granikv.cascade_graph_groups >= 1")
         if self.min_hot_len < 1:
             raise ValueError("granikv.min_hot_len must be >= 1")
 

@@ -18,7 +18,8 @@ class DispatchCounters:
         self.regimes = Counter[str]()  # regime -> groups
         self.sources = Counter[str]()  # table | roofline | forced
         self.plain_rows = 0  # rows with no HOT prefix
-        self.graph_steps = 0  # steps cleared for FULL CUDA graphs (paged kernel only)
+        self.graph_steps = 0  # steps cleared for FULL CUDA graphs
+        self.graph_cascade_steps = 0  # of those, steps with a cascade group (graph form)
 
     def record(self, choices: Iterable[Choice], group_rows: Iterable[int],
                num_rows: int) -> None:
@@ -35,4 +36,5 @@ class DispatchCounters:
     def snapshot(self) -> dict[str, object]:
         return {"steps": self.steps, "groups": dict(self.groups), "rows": dict(self.rows),
                 "regimes": dict(self.regimes), "sources": dict(self.sources),
-                "plain_rows": self.plain_rows, "graph_steps": self.graph_steps}
+                "plain_rows": self.plain_rows, "graph_steps": self.graph_steps,
+                "graph_cascade_steps": self.graph_cascade_steps}

@@ -65,6 +65,12 @@ class CascadeMeta:
     max_q: int
     max_k: int
     identity: bool  # cascade_q_index == arange(num_tokens): no gather needed
+    # graph form (graph_plan.py): the rows the queries are read from, when
+    # cascade_q_index has -1 padding; FA3's ahead-of-time schedule of the dense pass and
+    # its split bound (None/0: the kernel schedules itself)
+    gather: Tensor | None = None
+    scheduler_metadata: Tensor | None = None
+    num_splits: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class KernelPlan:
     max_kv: int
     cascade: tuple[CascadeGroup, ...]
     cascade_q_index: Tensor  # [Qc] int32, query token ids of cascade groups, group-major
+    # (graph form: [N], -1 past the cascade queries)
     backends: tuple[Backend, ...]  # per HotGroup, as chosen
     cascade_dev: CascadeMeta | None = None  # None when no group runs the cascade
     # FA3's ahead-of-time schedule of the paged pass, in a buffer that outlives the step

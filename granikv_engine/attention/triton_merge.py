@@ -1,6 +1,7 @@
 """Merge each cascade query's HOT partial attention into the step output, in place.
 
-``out[idx[j]] <- merge(out[idx[j]], lse_s[:, idx[j]]; o_hot[j], lse_hot[:, j])``
+``out[idx[j]] <- merge(out[idx[j]], lse_s[:, idx[j]]; o_hot[j], lse_hot[:, j])``,
+skipping entries with ``idx[j] < 0`` (the padding of a graph-form plan).
 
 The suffix (COLD) pass has already written ``out`` and ``lse_s`` for every token; the
 HOT pass wrote ``o_hot`` group-major. One launch, no gather of the suffix partials and no
@@ -23,8 +24,10 @@ def _merge_indexed(out_ptr, s_lse_ptr, h_out_ptr, h_lse_ptr, idx_ptr,
     j = tl.program_id(0)
     h = tl.program_id(1)
     t = tl.load(idx_ptr + j).to(tl.int64)
+    live = t >= 0  # -1: a padding entry of a graph-form plan, nothing to merge
+    t = tl.maximum(t, 0)
     d = tl.arange(0, BLOCK_D)
-    m = d < HEAD
+    m = (d < HEAD) & live
     ls = tl.load(s_lse_ptr + h * n_tokens + t)
     lh = tl.load(h_lse_ptr + h * n_hot + j)
     mx = tl.maximum(ls, lh)

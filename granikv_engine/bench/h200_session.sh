@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device session's runs, one step per call (each under the 10-minute call limit), on
 # the H200 after the three transfers of ../shared/gpu/README.md:
-#   bash granikv_engine/bench/h200_session.sh install|gate|llama|w2|w1-profile|qwen
+#   bash granikv_engine/bench/h200_session.sh install|tests|gate|llama|w2|w1-profile|qwen
 # Results go to $OUT (JSON, engine logs, profile summary), at most 8 files per call.
 set -uo pipefail
 OUT=${OUT:?set OUT}
@@ -13,6 +13,11 @@ install)
   cp .gpu/part_* /tmp/gk/ && bash .gpu/install.sh >/tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
   tail -2 /tmp/install.log
   python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { tail -5 /tmp/pip.log; exit 1; }
+  ;;
+tests)  # the GPU tests alone (kernels, FULL-graph replay, engine vs stock)
+  timeout 300 python3 -m pytest tests/gpu -m gpu -q -s -p no:cacheprovider 2>&1 \
+    | grep -v "^(EngineCore" | tail -60 >"$OUT/gpu-tests.txt"
+  tail -25 "$OUT/gpu-tests.txt"
   ;;
 gate)  # GPU tests (kernels, FULL-graph replay, engine vs stock), then W5 on three engines
   timeout 240 python3 -m pytest tests/gpu -m gpu -q -s -p no:cacheprovider 2>&1 \

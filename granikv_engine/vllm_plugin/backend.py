@@ -9,6 +9,7 @@ blocks with ``kv[block_id]``.
 
 from __future__ import annotations
 
+import bisect
 import sys
 import weakref
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from vllm.v1.attention.backend import (
 
 from granikv_engine.config import GraniKVConfig
 from granikv_engine.dispatcher import AttnShape, Backend, CalibrationTable, Choice, Dispatcher
+from granikv_engine.graph_plan import GraphBuffers, GraphLimits
 from granikv_engine.stats import DispatchCounters
 from granikv_engine.step_plan import HotGroup, KernelPlan, StepPlan, group_rows
 from granikv_engine.vllm_plugin.attn_ops import ops_for
@@ -86,13 +88,16 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
     """Once per step: group the rows by HOT prefix, let the dispatcher choose per group,
     lower to one ``KernelPlan`` for every layer.
 
-    CUDA graphs: a cascade step's launch shapes follow its grouping, so its attention
-    runs eagerly between graph pieces (PIECEWISE). A decode step whose every group runs
-    the paged kernel is the same FA3 call vLLM's own backend makes, over the model
-    runner's persistent buffers plus an ahead-of-time FA3 schedule kept in a buffer of
-    this builder: such steps replay FULL graphs. The model runner hook
-    (``cuda_graphs.py``) asks ``prepare_step`` before the runner picks the step's graph
-    mode and keeps cascade steps out of FULL graphs; ``build`` then honours that answer.
+    CUDA graphs: decode steps replay FULL graphs. A graph of fewer than
+    ``cascade_graph_min_rows`` rows runs the paged kernel only: the same FA3 call vLLM's
+    own backend makes, over the model runner's persistent buffers plus an ahead-of-time
+    FA3 schedule kept in a buffer of this builder. A larger one runs the graph form of a
+    plan (``graph_plan.py``): up to ``cascade_graph_groups`` cascade groups, the rest
+    padding, in fixed buffers, with ahead-of-time schedules for both passes. Steps that
+    fit neither (prefill rows, more cascade groups, small batches with a cascade group)
+    run PIECEWISE, attention eager. The model runner hook (``cuda_graphs.py``) asks
+    ``prepare_step`` before the runner picks the step's graph mode; ``build`` then
+    honours that answer.
     """
 
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
@@ -131,6 +136,8 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         self._prepared: Prepared | None = None  # prepare_step's analysis, for build
         self._ops: Any = None
         self._sched_buf: torch.Tensor | None = None
+        self._graph_bufs: GraphBuffers | None = None  # graph-form plans (cascade graphs)
+        self._dense_sched: torch.Tensor | None = None
         self.max_splits = int(getattr(vllm_config.attention_config,
                                       "flash_attn_max_num_splits_for_cuda_graph", 32) or 32)
         self._num_q_heads = vllm_config.model_config.get_num_attention_heads(
@@ -151,10 +158,20 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
                               host=host, analysed=same[:2] if same else None)
         choices = same[2] if same else tuple(
             self.dispatcher.choose_all(g.stats() for g in plan.groups))
+        bufs = self._graph_buffers(cam) if graph_step and self._cascade_graph_rows(b) else None
+        if bufs is not None and bufs.fits(plan):
+            # the runner may replay a FULL graph of the graph form: the cascade groups
+            # it can carry keep the cascade, any others run the paged kernel
+            choices = _paged_past(choices, bufs.limits.groups)
+            self.counters.graph_steps += 1
+            self.counters.graph_cascade_steps += any(
+                c.backend is Backend.CASCADE for c in choices)
+            self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
+            kplan = self._with_schedule(bufs.lower(plan, [c.backend for c in choices]), cam)
+            return GraniKVMetadata(cam.num_actual_tokens, cam.slot_mapping,
+                                   self._with_dense_schedule(kplan), choices)
         if graph_step:  # the runner may replay a FULL graph: the paged kernel only
-            choices = tuple(c if c.backend is Backend.PAGED else
-                            c._replace(backend=Backend.PAGED, source="graph")
-                            for c in choices)
+            choices = _paged_past(choices, 0)
             self.counters.graph_steps += 1
         self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
         kplan = plan.lower([c.backend for c in choices], self.stage)
@@ -187,9 +204,13 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
                                  self.cfg.min_hot_len)
         choices = tuple(self.dispatcher.choose_all(g.stats() for g in groups))
         self._prepared = (qsl, seqs, hot, groups, choices)  # build reuses it if it agrees
-        cascade = any(c.backend is Backend.CASCADE for c in choices)
-        self._graph_step = not cascade
-        return cascade
+        cascade = sum(c.backend is Backend.CASCADE for c in choices)
+        eager = cascade > 0 and not (  # the graph form carries a decode step's cascade
+            self._cascade_graph_rows(self._graph_size(b))
+            and cascade <= self.cfg.cascade_graph_groups
+            and bool((num_scheduled == 1).all()))
+        self._graph_step = not eager
+        return eager
 
     def set_graph_step(self, flag: bool | None) -> None:
         self._graph_step = flag
@@ -199,6 +220,50 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         return (self.cfg.full_cudagraphs and cc.cudagraph_mode is not None
                 and cc.cudagraph_mode.has_full_cudagraphs()
                 and num_tokens <= (cc.max_cudagraph_capture_size or 0))
+
+    def _graph_size(self, rows: int) -> int:
+        """The rows of the FULL graph a decode step of ``rows`` rows replays: the
+        smallest capture size that holds it, as the runner pads it."""
+        sizes = sorted(self.vllm_config.compilation_config.cudagraph_capture_sizes or ())
+        at = bisect.bisect_left(sizes, rows)
+        return sizes[at] if at < len(sizes) else rows
+
+    def _cascade_graph_rows(self, rows: int) -> bool:
+        """Whether a FULL graph of this many rows is captured in the graph form (with
+        the cascade): large enough, and a HOT arena of known size."""
+        least = self.cfg.cascade_graph_min_rows
+        return (least > 0 and rows >= least and self.arena[1] - self.arena[0] < 1 << 31
+                and rows <= (self.vllm_config.compilation_config.max_cudagraph_capture_size
+                             or 0))
+
+    def _graph_buffers(self, cam: CommonAttentionMetadata) -> GraphBuffers:
+        if self._graph_bufs is None:
+            sc = self.vllm_config.scheduler_config
+            rows = max(sc.max_num_seqs,
+                       self.vllm_config.compilation_config.max_cudagraph_capture_size or 0)
+            self._graph_bufs = GraphBuffers(
+                GraphLimits(rows=rows, width=int(cam.block_table_tensor.shape[1]),
+                            groups=self.cfg.cascade_graph_groups,
+                            hot_len=self.arena[1] - self.arena[0]), self.device)
+        return self._graph_bufs
+
+    def _with_dense_schedule(self, kplan: KernelPlan) -> KernelPlan:
+        """The graph form's dense pass with FA3's ahead-of-time schedule, in a buffer
+        of this builder (its size depends on the fixed group count only)."""
+        d = kplan.cascade_dev
+        if d is None or not hasattr(self._ops, "schedule_dense"):
+            return kplan
+        meta = self._ops.schedule_dense(
+            d.cu_q, d.seqused_k, d.max_q, d.max_k, self._num_q_heads,
+            self.kv_cache_spec.num_kv_heads, self.kv_cache_spec.head_size,
+            self.kv_cache_spec.dtype, self.max_splits)
+        if self._dense_sched is None:  # the first graph-form step: the first capture
+            self._dense_sched = torch.zeros_like(meta)
+            self._ops.warm_up_merge(self._num_q_heads, self.kv_cache_spec.head_size,
+                                    self.kv_cache_spec.dtype, self.device)
+        self._dense_sched.copy_(meta)
+        return replace(kplan, cascade_dev=replace(d, scheduler_metadata=self._dense_sched,
+                                                  num_splits=self.max_splits))
 
     def _with_schedule(self, kplan: KernelPlan, cam: CommonAttentionMetadata) -> KernelPlan:
         """The paged pass with FA3's ahead-of-time schedule in this builder's buffer (the
@@ -366,9 +431,28 @@ def _same_step(prepared: Prepared | None,
         return None
     qsl, seqs, hot, groups, choices = prepared
     qh, sh = host[0].numpy(), host[1].numpy()
-    if qh.shape != qsl.shape or not (np.array_equal(qh, qsl) and np.array_equal(sh, seqs)):
+    n = qsl.shape[0]
+    if qh.shape[0] < n or not (np.array_equal(qh[:n], qsl) and np.array_equal(sh[:n - 1], seqs)):
         return None
+    if qh.shape[0] > n:  # rows the runner padded for a FULL graph: no queries, no keys
+        if (qh[n:] != qsl[-1]).any() or sh[n - 1:].any():
+            return None
+        hot = np.concatenate([hot, np.zeros(qh.shape[0] - n, dtype=hot.dtype)])
     return hot, groups, choices
+
+
+def _paged_past(choices: tuple[Choice, ...], keep: int) -> tuple[Choice, ...]:
+    """The first ``keep`` cascade groups keep the cascade; the others run the paged
+    kernel (source "graph": a FULL graph may replay the step)."""
+    out = []
+    for c in choices:
+        if c.backend is Backend.CASCADE:
+            if keep > 0:
+                keep -= 1
+            else:
+                c = c._replace(backend=Backend.PAGED, source="graph")
+        out.append(c)
+    return tuple(out)
 
 
 def _runner_hooked() -> bool:

@@ -1,4 +1,4 @@
-"""FULL CUDA graphs for the decode steps GraniKV runs with the paged kernel only.
+"""FULL CUDA graphs for GraniKV's decode steps.
 
 vLLM's V1 model runner keeps a step out of FULL graphs when its own (batch-global)
 cascade attention is on for that step: ``_compute_cascade_attn_prefix_lens`` returns
@@ -7,11 +7,16 @@ graphs. GraniKV turns vLLM's cascade off (``enable.py``) and takes that hook ove
 runners with GraniKV builders and FULL graphs: before the runner picks the step's graph
 mode, every GraniKV builder analyses the step on the host (``prepare_step``: the same
 grouping and dispatcher as its ``build``).
-- Some group goes to the cascade: prefix lengths of 0 for every builder; the step runs
-  PIECEWISE and its attention eagerly, as it always did.
-- None does: None; a uniform decode step may replay a FULL graph. The builders then
-  lower every group to the paged kernel, which is correct for any step: it reads every
-  slot, HOT ones included, through the block table.
+- No group goes to the cascade: None; a uniform decode step may replay a FULL graph.
+- Some group does, and the step is a decode step whose graph (the capture size the
+  runner pads it to) has at least ``cascade_graph_min_rows`` rows, with at most
+  ``cascade_graph_groups`` cascade groups: None as well. Graphs of that size were
+  captured in the graph form (``graph_plan.py``), which carries the cascade.
+- Otherwise: prefix lengths of 0 for every builder; the step runs PIECEWISE and its
+  attention eagerly.
+When a step may replay a FULL graph, the builders lower it so that the graph is right
+for it: the graph form for large graphs, the paged kernel only (correct for any step:
+it reads every slot, HOT ones included, through the block table) for small ones.
 
 Every tensor-parallel rank sees the same scheduler output, host block table and
 calibration table, so every rank makes the same choice.

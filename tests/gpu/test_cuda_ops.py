@@ -168,3 +168,104 @@ def test_paged_plan_replays_in_a_full_cuda_graph() -> None:
         err = rel(out, ref32)
         print(f"graph replay {seed}: max len {max(lens)}, rel err {err:.2e}")
         assert err < BF16_TOL
+
+
+def test_cascade_plan_replays_in_a_full_cuda_graph() -> None:
+    """The graph form of a decode step (graph_plan.py), as a FULL graph of 64 rows runs
+    it: captured once from a step with no HOT row at all (as at engine start), then
+    replayed after steps with other teams, group counts, lengths and padding were
+    lowered into the same buffers, each with FA3's ahead-of-time schedules for both
+    passes. Every replay must match each row's full attention; the runner's own
+    tensors (query starts, lengths, block table) are rewritten in place, as it does."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from granikv_engine.attention.reference import full_attention
+    from granikv_engine.graph_plan import GraphBuffers, GraphLimits
+    from granikv_engine.step_plan import KernelPlan
+    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+
+    ops, dev, bf16 = CudaOps(), torch.device("cuda"), torch.bfloat16
+    n, h, hkv, d, width, slots, splits = 64, 32, 8, 128, 20_000, 120_000, 32
+    arena = (1, 40_001)
+    torch.manual_seed(2)
+    k = torch.randn(slots, hkv, d, dtype=bf16, device=dev)
+    v = torch.randn_like(k)
+    qsl = torch.zeros(n + 1, dtype=torch.int32, device=dev)
+    seq = torch.zeros(n, dtype=torch.int32, device=dev)
+    bt = torch.zeros(n, width, dtype=torch.int32, device=dev)
+    q = torch.empty(n, h, d, dtype=bf16, device=dev)
+    out = torch.empty_like(q)
+    bufs = GraphBuffers(GraphLimits(rows=n, width=width, groups=4,
+                                    hot_len=arena[1] - arena[0]), dev)
+    psched = torch.zeros(1 + 4 * ((n + 3) // 4 * 4), dtype=torch.int32, device=dev)
+    dsched: list[torch.Tensor] = []
+
+    def step(teams: list[tuple[int, int]], members: int, plain: int, seed: int
+             ) -> tuple[KernelPlan, list[list[int]]]:
+        rng = np.random.default_rng(seed)
+        cold = iter(rng.permutation(np.arange(arena[1], slots)).tolist())
+        rows = []
+        for i in range(members + plain):
+            hot = (list(range(teams[i % len(teams)][0], sum(teams[i % len(teams)])))
+                   if i < members else [])
+            rows.append(hot + [next(cold) for _ in range(int(rng.integers(1, 600)))])
+        order = rng.permutation(len(rows))
+        rows = [rows[i] for i in order]
+        host_bt = torch.zeros(n, width, dtype=torch.int32)
+        for i, r in enumerate(rows):
+            host_bt[i, :len(r)] = torch.tensor(r, dtype=torch.int32)
+        host_seq = torch.tensor([len(r) for r in rows] + [0] * (n - len(rows)),
+                                dtype=torch.int32)
+        host_qsl = torch.tensor(list(range(len(rows) + 1)) + [len(rows)] * (n - len(rows)),
+                                dtype=torch.int32)
+        qsl.copy_(host_qsl)
+        seq.copy_(host_seq)
+        bt.copy_(host_bt)
+        q.copy_(torch.randn(n, h, d, generator=torch.Generator().manual_seed(seed)).to(
+            dev, bf16))
+        plan = StepPlan.build(qsl, seq, bt, arena, min_hot_len=16,
+                              host=(host_qsl, host_seq, host_bt))
+        kp = bufs.lower(plan, [Backend.CASCADE] * len(plan.groups))
+        meta = ops.schedule_paged(kp.query_start_loc, kp.kv_seq_lens, 1, width, h, hkv, d,
+                                  bf16, splits)
+        psched[:meta.shape[0]] = meta
+        psched[meta.shape[0]:] = 0
+        c = kp.cascade_dev
+        assert c is not None
+        dm = ops.schedule_dense(c.cu_q, c.seqused_k, c.max_q, c.max_k, h, hkv, d, bf16,
+                                splits)
+        if not dsched:
+            dsched.append(torch.zeros_like(dm))
+        dsched[0].copy_(dm)
+        return replace(kp, scheduler_metadata=psched[:meta.shape[0]], num_splits=splits,
+                       cascade_dev=replace(c, scheduler_metadata=dsched[0],
+                                           num_splits=splits)), rows
+
+    plan, _ = step([(1, 16)], 0, 40, seed=0)  # capture: plain rows, no HOT run
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ops.forward(q, k, v, plan, d ** -0.5, out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops.forward(q, k, v, plan, d ** -0.5, out)
+    cases = ((1, [(1, 16_000), (20_001, 3000)], 50, 6),  # two teams, plain rows, padding
+             (2, [(1, 9000), (9001, 700), (12_001, 5000), (30_001, 64)], 64, 0),  # four
+             (3, [(1, 16)], 0, 50),  # no HOT row: the dense pass gets empty groups only
+             (4, [(5001, 12_000)], 64, 0))  # one team, every row
+    for seed, teams, members, plain in cases:
+        _, rows = step(teams, members, plain, seed)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        got = out[:len(rows)].float()
+        assert not got.isnan().any(), seed
+        ref = torch.stack([full_attention(q[i:i + 1].float(), k[r].float(), v[r].float(),
+                                          d ** -0.5)[0][0] for i, r in enumerate(rows)])
+        err = rel(got, ref)
+        print(f"cascade graph replay {seed}: {len(teams)} teams, {len(rows)} rows, "
+              f"rel err {err:.2e}")
+        assert err < BF16_TOL

@@ -22,9 +22,9 @@ ARENA = (1, 1001)
 
 
 def _builder(table: torch.Tensor | None, force: Backend | None, graphs: bool = True,
-             max_capture: int = 64) -> GraniKVMetadataBuilder:
+             max_capture: int = 64, **cfg: Any) -> GraniKVMetadataBuilder:
     b = object.__new__(GraniKVMetadataBuilder)
-    b.cfg = GraniKVConfig(enabled=True, min_hot_len=16)
+    b.cfg = GraniKVConfig(enabled=True, min_hot_len=16, **cfg)
     b.arena = ARENA
     b.dispatcher = Dispatcher(AttnShape(num_q_heads=4, num_kv_heads=2, head_dim=64,
                                         dtype_bytes=4, hidden_size=256), force=force)
@@ -36,11 +36,17 @@ def _builder(table: torch.Tensor | None, force: Backend | None, graphs: bool = T
     b._prepared = None
     b._ops = None
     b._sched_buf = None
+    b._graph_bufs = None
+    b._dense_sched = None
     b.max_splits = 32
     b.device = torch.device("cpu")
     mode = SimpleNamespace(has_full_cudagraphs=lambda: graphs)
-    b.vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(
-        cudagraph_mode=mode, max_cudagraph_capture_size=max_capture))
+    sizes = [s for s in (1, 2, 4, 8, 16, 32, 64, 128) if s <= max_capture]
+    b.vllm_config = SimpleNamespace(
+        compilation_config=SimpleNamespace(cudagraph_mode=mode,
+                                           max_cudagraph_capture_size=max_capture,
+                                           cudagraph_capture_sizes=sizes),
+        scheduler_config=SimpleNamespace(max_num_seqs=64))
     return b
 
 
@@ -169,3 +175,92 @@ def test_build_reuses_the_hooks_analysis_of_the_same_step(monkeypatch: pytest.Mo
     assert calls == [1] and meta.plan.cascade_dev is not None
     b.build(0, _cam(t, 8, 64, 10))  # nothing prepared: analysed again
     assert calls == [1, 1]
+
+
+def _teams(rows: int, hots: list[int], own: int) -> torch.Tensor:
+    """Row i on team i % len(hots): team t's HOT run starts at 1 + 100 t."""
+    t = torch.zeros(rows, max(hots) + own + 4, dtype=torch.int32)
+    for i in range(rows):
+        n = hots[i % len(hots)]
+        t[i, :n] = torch.arange(1, n + 1) + 100 * (i % len(hots))
+        t[i, n:n + own] = torch.arange(2000 + 100 * i, 2000 + 100 * i + own)
+    return t
+
+
+@pytest.mark.parametrize("rows,graph", [(32, True), (12, True), (6, False)])
+def test_a_decode_step_keeps_its_cascade_in_a_full_graph_of_at_least_16_rows(
+        rows: int, graph: bool) -> None:
+    """12 rows replay the graph of 16 (the runner pads to the next capture size), which
+    was captured in the graph form; 6 rows replay the graph of 8, paged only."""
+    b = _builder(_table(rows, 64, 10), Backend.CASCADE)
+    got = cuda_graphs.eager_prefix_lens(SimpleNamespace(attn_groups=[[1]]), [b],
+                                        *_decode(rows, 64, 10))
+    assert (got is None) is graph and b._graph_step is graph
+
+
+def test_steps_the_graph_form_cannot_carry_stay_eager() -> None:
+    runner = SimpleNamespace(attn_groups=[[1]])
+    two = _teams(32, [64, 48], 10)
+    sched, done = np.ones(32, dtype=np.int32), (two > 0).sum(1).numpy().astype(np.int32) - 1
+    few = _builder(two, Backend.CASCADE, cascade_graph_groups=1)  # two groups, room for one
+    assert cuda_graphs.eager_prefix_lens(runner, [few], sched, done) == [[0]]
+    ok = _builder(two, Backend.CASCADE, cascade_graph_groups=2)
+    assert cuda_graphs.eager_prefix_lens(runner, [ok], sched, done) is None
+    prefill = sched.copy()
+    prefill[3] = 2  # one row with two new tokens: not a decode step
+    assert cuda_graphs.eager_prefix_lens(runner, [ok], prefill, done - 1) == [[0]]
+    off = _builder(two, Backend.CASCADE, cascade_graph_min_rows=0)
+    assert cuda_graphs.eager_prefix_lens(runner, [off], sched, done) == [[0]]
+
+
+def _padded_cam(table: torch.Tensor, rows: int, pad: int, hot: int, own: int) -> Any:
+    """A decode step of ``rows`` rows padded to ``rows + pad`` for a FULL graph: the
+    padded rows have no query and no keys, as the runner leaves them."""
+    seq = torch.tensor([hot + own] * rows + [0] * pad, dtype=torch.int32)
+    qsl = torch.tensor(list(range(rows + 1)) + [rows] * pad, dtype=torch.int32)
+    return SimpleNamespace(num_reqs=rows + pad, num_actual_tokens=rows + pad,
+                           query_start_loc=qsl, query_start_loc_cpu=qsl, seq_lens=seq,
+                           _seq_lens_cpu=seq, seq_lens_cpu_upper_bound=seq,
+                           block_table_tensor=table, slot_mapping=torch.arange(rows + pad),
+                           max_seq_len=hot + own, max_query_len=1)
+
+
+def test_a_padded_graph_step_is_built_in_the_graph_form_from_the_hooks_analysis(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from granikv_engine import step_plan
+
+    calls = []
+    real = step_plan.group_rows
+    monkeypatch.setattr(step_plan, "group_rows", lambda *a: calls.append(1) or real(*a))
+    t = _table(16, 64, 10)
+    t[12:] = 7  # stale host rows past the real ones: no keys, so never a HOT run
+    b = _builder(t, Backend.CASCADE)
+    assert b.prepare_step(*_decode(12, 64, 10)) is False and b._graph_step is True
+    meta = b.build(0, _padded_cam(t, 12, 4, 64, 10))
+    assert calls == []  # the hook's analysis of the 12 rows, extended by 4 padded ones
+    d = meta.plan.cascade_dev
+    assert d is not None and d.gather is not None and not d.identity
+    assert [c.backend for c in meta.choices] == [Backend.CASCADE]
+    assert meta.plan.cascade_q_index.tolist() == list(range(12)) + [-1] * 4
+    assert meta.plan.kv_seq_lens.tolist() == [10] * 12 + [0] * 4
+    assert b.counters.graph_steps == 1 and b.counters.graph_cascade_steps == 1
+
+
+def test_cascade_groups_past_the_graphs_limit_run_the_paged_kernel() -> None:
+    """The hook cleared the step (its own analysis fit); build's analysis of what the
+    runner then handed it does not: the groups past the limit run the paged kernel."""
+    t = _teams(32, [64, 48, 32], 10)
+    b = _builder(t, Backend.CASCADE, cascade_graph_groups=2)
+    b.set_graph_step(True)
+    seq = (t > 0).sum(1).to(torch.int32)
+    qsl = torch.arange(33, dtype=torch.int32)
+    cam = SimpleNamespace(num_reqs=32, num_actual_tokens=32, query_start_loc=qsl,
+                          query_start_loc_cpu=qsl, seq_lens=seq, _seq_lens_cpu=seq,
+                          seq_lens_cpu_upper_bound=seq, block_table_tensor=t,
+                          slot_mapping=torch.arange(32), max_seq_len=int(seq.max()),
+                          max_query_len=1)
+    meta = b.build(0, cam)
+    assert [c.backend for c in meta.choices] == [Backend.CASCADE, Backend.CASCADE,
+                                                 Backend.PAGED]
+    assert meta.choices[2].source == "graph" and len(meta.plan.cascade) == 2
+    assert meta.plan.cascade_dev is not None and meta.plan.cascade_dev.seqused_k.numel() == 2

@@ -44,6 +44,30 @@ class CudaOps:
             causal=True, window_size=(-1, -1), num_splits=num_splits)
         return meta
 
+    def schedule_dense(self, cu_q: Tensor, seqused_k: Tensor, max_q: int, max_k: int,
+                       num_q_heads: int, num_kv_heads: int, head_dim: int,
+                       dtype: torch.dtype, num_splits: int) -> Tensor:
+        """FA3's ahead-of-time schedule for ``forward``'s dense HOT pass (varlen
+        queries, each group's keys a contiguous slab of ``seqused_k`` slots,
+        non-causal), for the graph form of a plan (graph_plan.py)."""
+        from vllm.vllm_flash_attn import get_scheduler_metadata
+
+        meta: Tensor = get_scheduler_metadata(
+            batch_size=seqused_k.shape[0], max_seqlen_q=max_q, max_seqlen_k=max_k,
+            num_heads_q=num_q_heads, num_heads_kv=num_kv_heads, headdim=head_dim,
+            cache_seqlens=seqused_k, qkv_dtype=dtype, cu_seqlens_q=cu_q, causal=False,
+            window_size=(-1, -1), num_splits=num_splits)
+        return meta
+
+    def warm_up_merge(self, num_heads: int, head_dim: int, dtype: torch.dtype,
+                      device: torch.device) -> None:
+        """Compile the Triton merge for these shapes now: a FULL graph captures it, and
+        a kernel compiled during stream capture would break the capture."""
+        out = torch.zeros(1, num_heads, head_dim, dtype=dtype, device=device)
+        lse = torch.zeros(num_heads, 1, dtype=torch.float32, device=device)
+        merge_indexed_(out, lse, out.clone(), lse.clone(),
+                       torch.full((1,), -1, dtype=torch.int32, device=device))
+
     def write_kv(self, key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor,
                  slot_mapping: Tensor, k_scale: Tensor | None = None,
                  v_scale: Tensor | None = None) -> None:
@@ -68,12 +92,14 @@ class CudaOps:
         d = plan.cascade_dev
         if d is None:
             return
-        q_c = q if d.identity else q.index_select(0, plan.cascade_q_index)
+        q_c = q if d.identity else q.index_select(
+            0, plan.cascade_q_index if d.gather is None else d.gather)
         # Dense, non-causal: every group's queries against its contiguous HOT slab.
         o_hot, lse_hot, _, _ = self._fwd(
             q_c, k_cache, v_cache, None, None, None, None, d.cu_q, d.cu_k, None, None,
             d.seqused_k, d.max_q, d.max_k, None, None, None, None, None, None, None, None,
-            None, scale, False, -1, -1, 0.0, True, None, 0, None, 0, None, 1, 0, None)
+            None, scale, False, -1, -1, 0.0, True, d.scheduler_metadata, d.num_splits, None,
+            0, None, 1, 0, None)
         if d.identity:
             self._merge(out, o_hot, lse_hot, out, lse)
         else:
