@@ -77,3 +77,14 @@ def test_tensor_parallel_workloads_are_consistent() -> None:
     for tp in (2, 4):
         phases = {p for p in run.PHASES if p.startswith(f"tp{tp}-")}
         assert phases == {f"tp{tp}-stock", f"tp{tp}-granikv"}
+
+
+def test_stock_cascade_runs_the_model_runner_that_has_a_cascade() -> None:
+    """vLLM 0.26's default (V2) model runner has no cascade attention; the attribution's
+    stock-cascade engine must run the V1 runner, the others vLLM's default."""
+    from granikv_engine.bench.e2e import engine_env, engine_kwargs
+
+    assert engine_env("stock-cascade") == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert engine_env("stock") == {} and engine_env("granikv") == {}
+    kw = engine_kwargs("stock-cascade", 4096, 0, async_sched=True, tiny=False)
+    assert kw["disable_cascade_attn"] is False and kw["block_size"] == 16
