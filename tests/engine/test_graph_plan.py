@@ -151,3 +151,25 @@ def test_steps_the_graph_form_cannot_take_are_refused() -> None:
     wide = GraphBuffers(GraphLimits(rows=4, width=128, groups=2, hot_len=2000),
                         torch.device("cpu"))
     assert not wide.fits(plan)  # six rows, room for four
+
+
+def test_the_cpu_ops_run_a_graph_form_plan_like_the_eager_one() -> None:
+    """A step cleared for a FULL graph that the runner then runs without one (or the CPU
+    build) executes the graph form through TorchOps: the same output as the eager
+    lowering of the same step."""
+    from granikv_engine.vllm_plugin.attn_ops import TorchOps
+
+    rng = np.random.default_rng(11)
+    plan, rows = _step(rng, [(1, 40), (300, 64)], [6, 5], plain=3, own=(1, 20), pad=4,
+                       width=128)
+    choices = [Backend.CASCADE, Backend.CASCADE]
+    bufs = GraphBuffers(GraphLimits(rows=32, width=128, groups=4, hot_len=2000),
+                        torch.device("cpu"))
+    g = torch.Generator().manual_seed(5)
+    k = torch.randn(SLOTS, HKV, D, generator=g, dtype=torch.float64)
+    v = torch.randn(SLOTS, HKV, D, generator=g, dtype=torch.float64)
+    q = torch.randn(len(rows), H, D, generator=g, dtype=torch.float64)
+    graph_out, eager_out = torch.empty_like(q), torch.empty_like(q)
+    TorchOps().forward(q, k, v, bufs.lower(plan, choices), D ** -0.5, graph_out)
+    TorchOps().forward(q, k, v, plan.lower(choices), D ** -0.5, eager_out)
+    torch.testing.assert_close(graph_out, eager_out, rtol=1e-12, atol=1e-12)
