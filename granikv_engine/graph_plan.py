@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from granikv_engine.dispatcher import Backend
-from granikv_engine.step_plan import CascadeGroup, CascadeMeta, KernelPlan, StepPlan
+from granikv_engine.step_plan import CascadeMeta, KernelPlan, StepPlan
 
 Tensor = torch.Tensor
 
@@ -75,15 +75,7 @@ class GraphBuffers:
         if not self.fits(plan) or len(chosen) > lim.groups:
             raise ValueError(f"the step ({n} rows, {len(chosen)} cascade groups) does not "
                              f"fit the graph buffers {lim}")
-        skip = np.zeros(n, dtype=np.int64)
-        order: list[int] = []
-        cascade: list[CascadeGroup] = []
-        for g in chosen:
-            skip[list(g.rows)] = g.hot_len
-            cascade.append(CascadeGroup(g.hot_start, g.hot_len, len(order),
-                                        len(order) + g.num_queries))
-            order.extend(g.rows)  # one query a row
-        q_index = plan._query_index(order)
+        skip, cascade, q_index, _ = plan.cascade_layout(chosen)
         qc, ng = len(q_index), len(cascade)
         host = self._host.numpy()
         at = self._at

@@ -241,17 +241,7 @@ class StepPlan:
                               torch.zeros_like(self.seq_lens), self.block_table, max_q,
                               int(self.seq_lens_host.max()) if self.num_rows else 0, (),
                               torch.zeros(0, dtype=torch.int32, device=dev), tuple(backends))
-        skip = np.zeros(self.num_rows, dtype=np.int64)
-        cascade: list[CascadeGroup] = []
-        order: list[int] = []
-        q_begin = 0
-        for g in chosen:
-            skip[list(g.rows)] = g.hot_len
-            order.extend(g.rows)
-            cascade.append(CascadeGroup(g.hot_start, g.hot_len, q_begin,
-                                        q_begin + g.num_queries))
-            q_begin += g.num_queries
-        q_index = self._query_index(order)
+        skip, cascade, q_index, order = self.cascade_layout(chosen)
         cu_q = [c.q_begin for c in cascade] + [cascade[-1].q_end]
         cu_k = [c.hot_start for c in cascade] + [cascade[-1].hot_start + cascade[-1].hot_len]
         used = [c.hot_len for c in cascade]
@@ -270,6 +260,23 @@ class StepPlan:
         return KernelPlan(self.query_start_loc, kv_lens, skip_t,
                           self._shifted_table(skip_t, max_kv), max_q, max_kv, tuple(cascade),
                           dev_packed[b:b + n], tuple(backends), meta)
+
+    def cascade_layout(self, chosen: Sequence[HotGroup]
+                       ) -> tuple[np.ndarray, list[CascadeGroup], np.ndarray, list[int]]:
+        """The host side of lowering the ``chosen`` (cascade) groups: each row's skipped
+        HOT length, the cascade groups with their query ranges, the query index
+        (group-major) and the rows in that order."""
+        skip = np.zeros(self.num_rows, dtype=np.int64)
+        cascade: list[CascadeGroup] = []
+        order: list[int] = []
+        q_begin = 0
+        for g in chosen:
+            skip[list(g.rows)] = g.hot_len
+            order.extend(g.rows)
+            cascade.append(CascadeGroup(g.hot_start, g.hot_len, q_begin,
+                                        q_begin + g.num_queries))
+            q_begin += g.num_queries
+        return skip, cascade, self._query_index(order), order
 
     def _shifted_table(self, skip: Tensor, width: int) -> Tensor:
         """block_table[i, skip[i] + j] for j < width, clamped inside the table."""

@@ -11,6 +11,7 @@ import torch
 from granikv_engine.dispatcher import Backend
 from granikv_engine.step_plan import StepPlan
 from granikv_engine.vllm_plugin.attn_ops import TorchOps
+from granikv_engine.vllm_plugin.kernels.calibrate import capture_graph
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -146,14 +147,7 @@ def test_paged_plan_replays_in_a_full_cuda_graph() -> None:
                           sched[:meta.shape[0]], 32)
 
     plan = step([1 + i for i in range(b)], seed=0)  # capture-time lengths: tiny
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ops.forward(q, k, v, plan, d ** -0.5, out)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        ops.forward(q, k, v, plan, d ** -0.5, out)
+    graph = capture_graph(lambda: ops.forward(q, k, v, plan, d ** -0.5, out))
     for seed, lens in ((1, [4000 - 97 * i for i in range(b)]), (2, [1024] * b),
                        (3, [3 + 251 * i for i in range(b)])):
         step(lens, seed)
@@ -244,14 +238,7 @@ def test_cascade_plan_replays_in_a_full_cuda_graph() -> None:
                                            num_splits=splits)), rows
 
     plan, _ = step([(1, 16)], 0, 40, seed=0)  # capture: plain rows, no HOT run
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ops.forward(q, k, v, plan, d ** -0.5, out)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        ops.forward(q, k, v, plan, d ** -0.5, out)
+    graph = capture_graph(lambda: ops.forward(q, k, v, plan, d ** -0.5, out))
     cases = ((1, [(1, 16_000), (20_001, 3000)], 50, 6),  # two teams, plain rows, padding
              (2, [(1, 9000), (9001, 700), (12_001, 5000), (30_001, 64)], 64, 0),  # four
              (3, [(1, 16)], 0, 50),  # no HOT row: the dense pass gets empty groups only

@@ -48,6 +48,11 @@ def time_graph_us(fn: Callable[[], None], reps: int = 20) -> float:
     """GPU time of ``fn`` without launch overhead: captured once in a CUDA graph, median
     over timed replays."""
     fn()
+    return time_us(capture_graph(fn).replay, reps=reps, warmup=2)
+
+
+def capture_graph(fn: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """``fn`` once on a side stream (warm-up), then captured in a CUDA graph."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -56,7 +61,7 @@ def time_graph_us(fn: Callable[[], None], reps: int = 20) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return time_us(graph.replay, reps=reps, warmup=2)
+    return graph
 
 
 def time_us(fn: Callable[[], None], reps: int = 5, warmup: int = 2) -> float:
