@@ -93,6 +93,14 @@ def _dispatch(f: _Families, labels: Mapping[str, str], d: Mapping[str, Any]) -> 
     for source, n in d.get("sources", {}).items():
         f.add("counter", "granikv_dispatch_sources", "Choices by source of the decision.",
               labels, n, {"source": source})
+    steps, graphs, cascade = (d.get(k, 0) for k in ("steps", "graph_steps",
+                                                     "graph_cascade_steps"))
+    for mode, n in (("full_cascade", cascade), ("full_paged", graphs - cascade),
+                    ("piecewise", steps - graphs)):
+        f.add("counter", "granikv_dispatch_graph_steps",
+              "Steps by CUDA-graph mode: FULL graphs with the cascade, FULL graphs with "
+              "the paged kernel only, PIECEWISE (attention eager; all steps on a CPU).",
+              labels, n, {"mode": mode})
 
 
 class _Collector:

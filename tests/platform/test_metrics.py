@@ -21,7 +21,8 @@ REPORT: dict[str, Any] = {
         "evictions": 0,
         "dispatch": {"steps": 7, "groups": {"paged": 5, "cascade": 2},
                      "rows": {"paged": 5, "cascade": 9}, "regimes": {"memory": 7},
-                     "sources": {"roofline": 7}, "plain_rows": 0}},
+                     "sources": {"roofline": 7}, "plain_rows": 0, "graph_steps": 5,
+                     "graph_cascade_steps": 2}},
     "frontend": {"running": 4, "waiting": 1, "kv_cache_usage": 0.25, "prompt_tokens": 900,
                  "generation_tokens": 160, "generation_tokens_per_s": 12.5},
 }
@@ -53,6 +54,9 @@ def test_render_reports_every_family() -> None:
     assert at("granikv_prefix_misses_total", reason="prompt_logprobs") == 3
     assert at("granikv_dispatch_groups_total", backend="cascade") == 2
     assert at("granikv_dispatch_regimes_total", regime="memory") == 7
+    assert at("granikv_dispatch_graph_steps_total", mode="full_cascade") == 2
+    assert at("granikv_dispatch_graph_steps_total", mode="full_paged") == 3
+    assert at("granikv_dispatch_graph_steps_total", mode="piecewise") == 2
     assert at("granikv_generation_tokens_per_second") == 12.5
     assert at("granikv_queue_depth", queue="waiting") == 1
     assert ("granikv_prefix_hits_total", (("model", "tiny"), ("replica", "r2"))) in got
