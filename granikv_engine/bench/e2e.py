@@ -3,9 +3,12 @@
 One process per engine (``--engine``); ``bench/run.py`` runs stock and GraniKV side by
 side on one machine and writes the report. Engines:
 - ``stock``: vLLM 0.26 as shipped (block 16, prefix caching), with a timing probe;
-- ``stock-cascade``: the same with vLLM's own batch-global cascade attention enabled;
+- ``stock-cascade``: the same with vLLM's own batch-global cascade attention enabled (on
+  vLLM's V1 model runner: the default V2 runner has no cascade);
 - ``granikv-paged``: GraniKV storage (HOT arena + page-1 COLD), unified paged backend only;
 - ``granikv-piecewise``: full GraniKV without FULL CUDA graphs (attention always eager);
+- ``granikv-stockalloc``: full GraniKV with vLLM's generic ``allocate_slots`` for running
+  requests (no ``fast_alloc``);
 - ``granikv``: full GraniKV with the calibrated dispatcher.
 """
 
@@ -48,7 +51,8 @@ def engine_kwargs(engine: str, max_len: int, hot_slots: int, async_sched: bool,
         kw["additional_config"] = {"granikv": {
             "enabled": True, "hot_slots": hot_slots, "backend": backend,
             "calibration_path": calibration,
-            "full_cudagraphs": engine != "granikv-piecewise"}}
+            "full_cudagraphs": engine != "granikv-piecewise",
+            "fast_alloc": engine != "granikv-stockalloc"}}
     return kw
 
 
@@ -196,7 +200,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True,
                     choices=["stock", "stock-cascade", "granikv-paged", "granikv-piecewise",
-                             "granikv"])
+                             "granikv-stockalloc", "granikv"])
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--workloads", default="W5,W1,W2,W3")
     ap.add_argument("--out", type=Path, required=True)

@@ -3,8 +3,8 @@ by one on a machine lent for a few minutes at a time).
 
 Phases: ``tests`` (GPU kernels vs references), ``kernels``, then one engine process per
 end-to-end phase: ``stock``, ``granikv`` (with the paged-only attribution runs on W1 and
-W3), ``stock-cascade``, ``granikv-paged``, ``granikv-piecewise``, ``w2-stock``,
-``w2-granikv``, ``w4-stock``, ``w4-granikv``, and the tensor-parallel ones
+W3), ``stock-cascade``, ``granikv-paged``, ``granikv-piecewise``, ``granikv-stockalloc``,
+``w2-stock``, ``w2-granikv``, ``w4-stock``, ``w4-granikv``, and the tensor-parallel ones
 ``tp2-stock``, ``tp2-granikv`` (Qwen2.5-14B on 2 GPUs), ``tp4-stock``, ``tp4-granikv``
 (Qwen2.5-32B on 4). Results land in ``--out`` as JSON; ``bench/report.py`` turns them
 into docs/benchmarks/ (markdown + PNG).
@@ -43,6 +43,8 @@ PHASES: dict[str, list[str]] = {
                       "--workloads", "W1,W3"],
     "granikv-piecewise": [PY, "-m", "granikv_engine.bench.e2e", "--engine",
                           "granikv-piecewise", "--workloads", "W5,W1"],
+    "granikv-stockalloc": [PY, "-m", "granikv_engine.bench.e2e", "--engine",
+                           "granikv-stockalloc", "--workloads", "W1,W3"],
     # W2 alone: its 512 agents need 393K COLD tokens, so GraniKV's HOT arena is sized to
     # its one 16K prefix (the shared phases reserve 100K slots for W3's prefixes too)
     "w2-stock": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock",
@@ -125,7 +127,7 @@ def _command(phase: str, args: argparse.Namespace) -> list[str]:
     """The phase's command line with this run's overrides."""
     cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
     if args.workloads and phase in ("stock", "granikv", "stock-cascade", "granikv-paged",
-                                    "granikv-piecewise"):
+                                    "granikv-piecewise", "granikv-stockalloc"):
         cmd[cmd.index("--workloads") + 1] = args.workloads
     if phase == "kernels":
         cmd[cmd.index("--budget-s") + 1] = args.kernel_budget

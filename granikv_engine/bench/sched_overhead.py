@@ -50,6 +50,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     ap.add_argument("--engine", default="")
+    ap.add_argument("--engines", default="stock,granikv",
+                    help="engines to compare, one process each (e.g. granikv-stockalloc)")
+    ap.add_argument("--name", default="cpu-scheduler", help="output file name")
     args = ap.parse_args()
     if args.engine:  # child: one engine, JSON on stdout
         print("RESULT " + json.dumps(run_engine(args.engine)), flush=True)
@@ -57,7 +60,7 @@ def main() -> None:
     from granikv_engine.bench.env import environment
 
     rows = []
-    for engine in ("stock", "granikv"):  # one process each, one after the other
+    for engine in args.engines.split(","):  # one process each, one after the other
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
             "VLLM_CPU_KVCACHE_SPACE", "4")}
         out = subprocess.run([sys.executable, "-m", "granikv_engine.bench.sched_overhead",
@@ -68,7 +71,7 @@ def main() -> None:
     doc: dict[str, Any] = {"bench": "cpu-scheduler", "workload": WORKLOAD.__dict__,
                            "env": environment(), "results": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cpu-scheduler.json").write_text(json.dumps(doc, indent=1))
+    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=1))
     lines = ["| engine | steps | schedule() ms/step | update_from_output() ms/step | "
              "engine-core ms/step | wall s | hits | prefix tokens not re-hashed |",
              "|" + "---|" * 8]
@@ -78,10 +81,11 @@ def main() -> None:
                      f"{r['update_ms_per_step']:.2f} | {tot:.2f} | {r['wall_s']:.1f} | "
                      f"{r['hits'] if r['hits'] is not None else '-'} | "
                      f"{r['seeded_hash_tokens'] or '-'} |")
-    (args.out / "cpu-scheduler.md").write_text(
+    (args.out / f"{args.name}.md").write_text(
         "# Engine-core scheduling time per step, on the development CPU\n\n"
         f"{doc['env']['date']}, Python {doc['env']['python']}, vLLM {doc['env']['vllm']} "
-        f"(CPU build). Command: `python -m granikv_engine.bench.sched_overhead`.\n\n"
+        f"(CPU build). Command: `python -m granikv_engine.bench.sched_overhead "
+        f"--engines {args.engines} --name {args.name}`.\n\n"
         "256 agents on one 16,384-token prefix, 64 own tokens and 16 generated tokens each,"
         " tiny dummy-weight Llama; stock vLLM at block 16 vs GraniKV at block 1 with the"
         " prefix in the HOT arena. A benchmark, not a test.\n\n" + "\n".join(lines) + "\n")

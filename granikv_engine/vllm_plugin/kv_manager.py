@@ -23,10 +23,12 @@ from vllm.logger import init_logger
 from vllm.v1.core.block_pool import BlockHashToBlockMap
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from vllm.v1.core.kv_cache_utils import KVCacheBlock, KVCacheBlockCopy
+from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
 from vllm.v1.request import Request
 
 from granikv_engine.hot_pool import SlotRange
 from granikv_engine.prefix_registry import PrefixRegistry, PrefixState
+from granikv_engine.vllm_plugin.fast_alloc import STOCK, allocate_running, plain_manager
 
 logger = init_logger(__name__)
 
@@ -82,17 +84,20 @@ class GraniKVCacheManager(KVCacheManager):
     hot_counters: HotCounters
     _hot_ids_key: tuple[int, int]
     _hot_ids: list[int]
+    _fast: FullAttentionManager | None
 
     @classmethod
     def adopt(cls, manager: KVCacheManager, registry: PrefixRegistry,
-              arena: SlotRange) -> GraniKVCacheManager:
+              arena: SlotRange, fast_alloc: bool = True) -> GraniKVCacheManager:
         """Turn the scheduler's stock manager into this class. The Scheduler builds its
-        manager inline with a dozen arguments; adopting keeps that call the stock one."""
+        manager inline with a dozen arguments; adopting keeps that call the stock one.
+        ``fast_alloc``: running requests' allocations take ``fast_alloc.py``'s path."""
         if manager.num_kv_cache_groups != 1:
             raise ValueError("GraniKV supports models with one KV cache group")
         manager.__class__ = cls
         me: GraniKVCacheManager = manager  # type: ignore[assignment]
         me.registry, me.arena = registry, arena
+        me._fast = plain_manager(me) if fast_alloc else None
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
         me._hot_ids_key, me._hot_ids = (0, 0), []
         _patch_touch(me.block_pool)
@@ -112,6 +117,14 @@ class GraniKVCacheManager(KVCacheManager):
                                                                held.start + held.hot_len))
         out.hot_ids = self._hot_ids
         return out
+
+    def allocate_slots(self, request: Request, num_new_tokens: int,
+                       *args: Any, **kwargs: Any) -> KVCacheBlocks | None:
+        if self._fast is not None and not args:
+            got = allocate_running(self, self._fast, request, num_new_tokens, kwargs)
+            if got is not STOCK:
+                return got  # type: ignore[no-any-return]
+        return super().allocate_slots(request, num_new_tokens, *args, **kwargs)
 
     # ---- lookups --------------------------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:

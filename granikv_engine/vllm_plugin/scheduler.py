@@ -46,7 +46,8 @@ class GraniKVSchedulerMixin:
         arena = reserve_arena(pool, cfg.hot_capacity(pool.num_gpu_blocks))
         self.gk_cfg = cfg
         self.registry = PrefixRegistry(HotPool(arena.start, arena.length))
-        self.gk = GraniKVCacheManager.adopt(self.kv_cache_manager, self.registry, arena)
+        self.gk = GraniKVCacheManager.adopt(self.kv_cache_manager, self.registry, arena,
+                                             cfg.fast_alloc)
         self.hasher: SeededBlockHasher | None = None
         self._filling: dict[str, str] = {}  # request id -> prefix id it fills
         self.gk_events: dict[str, int] = {"registrations": 0, "fills_done": 0,

@@ -88,3 +88,13 @@ def test_stock_cascade_runs_the_model_runner_that_has_a_cascade() -> None:
     assert engine_env("stock") == {} and engine_env("granikv") == {}
     kw = engine_kwargs("stock-cascade", 4096, 0, async_sched=True, tiny=False)
     assert kw["disable_cascade_attn"] is False and kw["block_size"] == 16
+
+
+def test_the_stockalloc_engine_differs_from_granikv_only_in_the_allocation_path() -> None:
+    from granikv_engine.bench.e2e import engine_kwargs
+
+    mine = engine_kwargs("granikv", 4096, 100, async_sched=True, tiny=False)
+    other = engine_kwargs("granikv-stockalloc", 4096, 100, async_sched=True, tiny=False)
+    a, b = mine["additional_config"]["granikv"], other["additional_config"]["granikv"]
+    assert a.pop("fast_alloc") is True and b.pop("fast_alloc") is False
+    assert a == b
