@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device session's runs, one step per call (each under the 10-minute call limit), on
 # the H200 after the three transfers of ../shared/gpu/README.md:
-#   bash granikv_engine/bench/h200_session.sh install|tests|gate|llama|w2|w1-profile|attribution|stock-cascade|qwen
+#   bash granikv_engine/bench/h200_session.sh install|tests|gate|llama|w2|w1-profile|attribution|stock-cascade|fast-alloc|qwen
 # Results go to $OUT (JSON, engine logs, profile summary), at most 8 files per call.
 set -uo pipefail
 OUT=${OUT:?set OUT}
@@ -60,6 +60,12 @@ stock-cascade)  # W1, W3: stock and vLLM's own cascade (V1 model runner: e2e.eng
     --phases "stock~stock-cascade" --workloads W1,W3 --attribution none --timeout 570 \
     | grep -E "^==|tok/s"
   cp /tmp/ra/*.json /tmp/ra/*.log "$OUT/"
+  ;;
+fast-alloc)  # W1, W3: GraniKV with and without the allocation fast path (fast_alloc.py)
+  GRANIKV_BENCH_KV_GIB=42 timeout 580 python3 -m granikv_engine.bench.run --out /tmp/rf \
+    --phases "granikv~granikv-stockalloc" --workloads W1,W3 --attribution none \
+    --timeout 570 | grep -E "^==|tok/s"
+  cp /tmp/rf/*.json /tmp/rf/*.log "$OUT/"
   ;;
 qwen)  # W4 (Qwen2.5-14B): two engines of 14B with 40 GiB of KV each do not fit one
   # GPU together, so stock, then GraniKV, each alone (0.9 of the GPU)
