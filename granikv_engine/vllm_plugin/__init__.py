@@ -7,8 +7,9 @@ nothing until a config asks for GraniKV:
     vllm serve MODEL --additional-config '{"granikv": {"enabled": true}}'
 
 With it, the config gets block size 1 and the GraniKV scheduler (``enable.py``), decoder
-attention layers get the GraniKV backend (``backend.py``), and the engine core gets the
-seeded block hasher and the ``granikv_control`` utility (``engine_hooks.py``). The
+attention layers get the GraniKV backend (``backend.py``, its per-step builder in
+``metadata_builder.py``), and the engine core gets the seeded block hasher and the
+``granikv_control`` utility (``engine_hooks.py``). The
 backend is also registered as ``AttentionBackendEnum.CUSTOM``.
 """
 
@@ -51,7 +52,7 @@ def _hook_model_runner() -> None:
     @functools.wraps(stock)
     def initialize_kv_cache(self: Any, *args: Any, **kwargs: Any) -> None:
         stock(self, *args, **kwargs)
-        from granikv_engine.vllm_plugin.backend import bind_host_block_tables
+        from granikv_engine.vllm_plugin.runner_binding import bind_host_block_tables
 
         if bind_host_block_tables(self):
             cuda_graphs.enable(self)

@@ -86,7 +86,7 @@ class Control:
 
 def granikv_builders(worker: Any) -> list[Any]:
     """The GraniKV metadata builders of a worker's model runner."""
-    from granikv_engine.vllm_plugin.backend import runner_builders
+    from granikv_engine.vllm_plugin.runner_binding import runner_builders
 
     return [b for _, b in runner_builders(getattr(worker, "model_runner", None))]
 

@@ -16,7 +16,7 @@ from granikv_engine.config import GraniKVConfig
 from granikv_engine.dispatcher import AttnShape, Backend, Dispatcher
 from granikv_engine.stats import DispatchCounters
 from granikv_engine.vllm_plugin import cuda_graphs
-from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder, Stager
+from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder, Stager
 
 ARENA = (1, 1001)
 

@@ -96,7 +96,8 @@ def test_builder_finds_its_runner_on_the_call_stack() -> None:
 
     import torch
 
-    from granikv_engine.vllm_plugin.backend import GraniKVMetadataBuilder, bind_from_caller
+    from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder
+    from granikv_engine.vllm_plugin.runner_binding import bind_from_caller
 
     builder = object.__new__(GraniKVMetadataBuilder)
     builder.host_block_table = None
@@ -130,7 +131,7 @@ def test_dispatch_table_comes_from_rank_0_only(tmp_path: Any, monkeypatch: pytes
 
     from granikv_engine.config import GraniKVConfig
     from granikv_engine.dispatcher import CalibrationPoint, CalibrationTable
-    from granikv_engine.vllm_plugin import backend
+    from granikv_engine.vllm_plugin import dispatch_table as tables
     from granikv_engine.vllm_plugin.kernels import calibrate
 
     on_disk = CalibrationTable((CalibrationPoint(8, 1024, 1, 10.0, 20.0),), {"src": "file"})
@@ -143,14 +144,14 @@ def test_dispatch_table_comes_from_rank_0_only(tmp_path: Any, monkeypatch: pytes
         sent.append(table)
         return table if rank == 0 else from_rank0
 
-    monkeypatch.setattr(backend, "_TABLES", {})
-    monkeypatch.setattr(backend, "_tp_rank", lambda: rank)
+    monkeypatch.setattr(tables, "_TABLES", {})
+    monkeypatch.setattr(tables, "_tp_rank", lambda: rank)
     monkeypatch.setattr(calibrate, "broadcast", fake_broadcast)
     cfg = GraniKVConfig(enabled=True, calibration_path=str(path))
     vcfg = SimpleNamespace(model_config=SimpleNamespace(get_num_attention_heads=lambda p: 32),
                            parallel_config=None)
     spec = SimpleNamespace(num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
-    got = backend._dispatch_table(vcfg, spec, torch.device("cpu"), cfg)  # type: ignore[arg-type]
+    got = tables.dispatch_table(vcfg, spec, torch.device("cpu"), cfg)  # type: ignore[arg-type]
     assert len(sent) == 1  # every rank broadcasts, once
     if rank == 0:
         assert sent[0] is not None and sent[0].meta["src"] == "file"
@@ -158,5 +159,5 @@ def test_dispatch_table_comes_from_rank_0_only(tmp_path: Any, monkeypatch: pytes
     else:
         assert sent[0] is None  # rank 1 did not read the file
         assert got is from_rank0
-    backend._dispatch_table(vcfg, spec, torch.device("cpu"), cfg)  # type: ignore[arg-type]
+    tables.dispatch_table(vcfg, spec, torch.device("cpu"), cfg)  # type: ignore[arg-type]
     assert len(sent) == 1  # cached per process and shape
