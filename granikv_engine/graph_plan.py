@@ -13,9 +13,10 @@ step of that size is lowered into the same buffers, whatever its grouping:
 The integer bounds a kernel takes on the host are fixed per ``N`` as well: one query a
 row, ``N`` queries a group at most, the HOT arena's length at most.
 
-The host fills the per-step values into one pinned array and copies it in one go into
-one device array that holds the small buffers; the suffix lengths and the shifted table
-are then computed on the device from the runner's own (persistent) tensors.
+The host fills the per-step values into one array and stages it in one copy
+(``PinnedStager``) into one device array that holds the small buffers; the suffix lengths
+and the shifted table are then computed on the device from the runner's own (persistent)
+tensors.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from granikv_engine.dispatcher import Backend
-from granikv_engine.step_plan import CascadeMeta, KernelPlan, StepPlan
+from granikv_engine.step_plan import CascadeMeta, KernelPlan, PinnedStager, StepPlan
 
 Tensor = torch.Tensor
 
@@ -48,9 +49,9 @@ class GraphBuffers:
         r, g = lim.rows, lim.groups
         # layout of the small buffers: skip | gather | scatter | cu_q | cu_k | seqused_k
         self._at = np.cumsum([0, r, r, r, g + 1, g + 1, g])
-        pin = device.type == "cuda"
-        self._host = torch.zeros(int(self._at[-1]), dtype=torch.int32, pin_memory=pin)
-        self._dev = torch.zeros(int(self._at[-1]), dtype=torch.int32, device=device)
+        self._host = np.zeros(int(self._at[-1]), dtype=np.int32)
+        self._stage = PinnedStager(device, self._host.shape[0])
+        self._dev = self._stage.dev  # a fixed address: every copy has the same size
         self.kv_lens = torch.zeros(r, dtype=torch.int32, device=device)
         self.table = torch.zeros(r, lim.width, dtype=torch.int32, device=device)
         self._cols = torch.arange(lim.width, dtype=torch.int64, device=device)
@@ -77,8 +78,7 @@ class GraphBuffers:
                              f"fit the graph buffers {lim}")
         skip, cascade, q_index, _ = plan.cascade_layout(chosen)
         qc, ng = len(q_index), len(cascade)
-        host = self._host.numpy()
-        at = self._at
+        host, at = self._host, self._at
         host[at[0]:at[0] + n] = skip
         host[at[1]:at[1] + n] = 0
         host[at[1]:at[1] + qc] = q_index
@@ -91,10 +91,7 @@ class GraphBuffers:
         cu_k[:ng] = [c.hot_start for c in cascade]
         used[:] = 0
         used[:ng] = [c.hot_len for c in cascade]
-        # One host-to-device copy. Reusing the pinned array is safe for the reason the
-        # builder's Stager gives: the runner waits for the step's inputs to be copied
-        # before it prepares the next step.
-        self._dev.copy_(self._host, non_blocking=True)
+        self._stage(host)  # one host-to-device copy
         skip_t = self._part(0)[:n]
         kv_lens = self.kv_lens[:n]
         torch.sub(plan.seq_lens[:n].to(torch.int32), skip_t, out=kv_lens)

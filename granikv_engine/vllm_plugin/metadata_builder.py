@@ -6,6 +6,7 @@ runner picks the step's CUDA-graph mode, the same analysis for ``cuda_graphs.py`
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -24,7 +25,7 @@ from granikv_engine.config import GraniKVConfig
 from granikv_engine.dispatcher import Backend, Choice, Dispatcher
 from granikv_engine.graph_plan import GraphBuffers, GraphLimits
 from granikv_engine.stats import DispatchCounters
-from granikv_engine.step_plan import HotGroup, KernelPlan, StepPlan, group_rows
+from granikv_engine.step_plan import HotGroup, KernelPlan, PinnedStager, StepPlan, group_rows
 from granikv_engine.vllm_plugin.attn_ops import ops_for
 from granikv_engine.vllm_plugin.dispatch_table import attn_shape, dispatch_table
 from granikv_engine.vllm_plugin.enable import granikv_config
@@ -79,7 +80,7 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
             force=None if self.cfg.backend == "auto" else Backend(self.cfg.backend),
             margin=self.cfg.dispatch_margin)
         self.counters = DispatchCounters()
-        self.stage = Stager(device, vllm_config.scheduler_config.max_num_batched_tokens
+        self.stage = PinnedStager(device, vllm_config.scheduler_config.max_num_batched_tokens
                             + 4 * vllm_config.scheduler_config.max_num_seqs + 64)
         # The model runner's host copy of the block table (bound after KV-cache init,
         # see bind_host_block_tables); without it each step copies the device table.
@@ -112,25 +113,25 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
                               host=host, analysed=same[:2] if same else None)
         choices = same[2] if same else tuple(
             self.dispatcher.choose_all(g.stats() for g in plan.groups))
+        # A step the runner may replay in a FULL graph: in the graph form when its graph
+        # was captured in it (the cascade groups it can carry keep the cascade), else the
+        # paged kernel only.
         bufs = self._graph_buffers(cam) if graph_step and self._cascade_graph_rows(b) else None
-        if bufs is not None and bufs.fits(plan):
-            # the runner may replay a FULL graph of the graph form: the cascade groups
-            # it can carry keep the cascade, any others run the paged kernel
-            choices = _paged_past(choices, bufs.limits.groups)
+        graph_form = bufs is not None and bufs.fits(plan)
+        if graph_step:
+            choices = _paged_past(choices, bufs.limits.groups if bufs and graph_form else 0)
             self.counters.graph_steps += 1
-            self.counters.graph_cascade_steps += any(
-                c.backend is Backend.CASCADE for c in choices)
-            self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
-            kplan = self._with_schedule(bufs.lower(plan, [c.backend for c in choices]), cam)
-            return GraniKVMetadata(cam.num_actual_tokens, cam.slot_mapping,
-                                   self._with_dense_schedule(kplan), choices)
-        if graph_step:  # the runner may replay a FULL graph: the paged kernel only
-            choices = _paged_past(choices, 0)
-            self.counters.graph_steps += 1
+            self.counters.graph_cascade_steps += any(c.backend is Backend.CASCADE
+                                                     for c in choices)
         self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
-        kplan = plan.lower([c.backend for c in choices], self.stage)
-        if kplan.cascade_dev is None and self._graphs_on(cam.num_actual_tokens):
-            kplan = self._with_schedule(kplan, cam)
+        backends = [c.backend for c in choices]
+        if bufs is not None and graph_form:
+            kplan = self._with_dense_schedule(self._with_schedule(bufs.lower(plan, backends),
+                                                                  cam))
+        else:
+            kplan = plan.lower(backends, self.stage)
+            if kplan.cascade_dev is None and self._graphs_on(cam.num_actual_tokens):
+                kplan = self._with_schedule(kplan, cam)
         return GraniKVMetadata(cam.num_actual_tokens, cam.slot_mapping, kplan, choices)
 
     def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata
@@ -178,9 +179,13 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
     def _graph_size(self, rows: int) -> int:
         """The rows of the FULL graph a decode step of ``rows`` rows replays: the
         smallest capture size that holds it, as the runner pads it."""
-        sizes = sorted(self.vllm_config.compilation_config.cudagraph_capture_sizes or ())
+        sizes = self._capture_sizes
         at = bisect.bisect_left(sizes, rows)
         return sizes[at] if at < len(sizes) else rows
+
+    @functools.cached_property
+    def _capture_sizes(self) -> list[int]:
+        return sorted(self.vllm_config.compilation_config.cudagraph_capture_sizes or ())
 
     def _cascade_graph_rows(self, rows: int) -> bool:
         """Whether a FULL graph of this many rows is captured in the graph form (with
@@ -256,32 +261,6 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
             return None
         b = cam.num_reqs
         return cam.query_start_loc_cpu[: b + 1], seq[:b], self.host_block_table()[:b]
-
-
-
-class Stager:
-    """Host int32 arrays to the device in one non-blocking copy through a pinned buffer.
-
-    Reusing the pinned buffer is safe: the V1 model runner records an event after a
-    step's input preparation (metadata builds included) and waits for it before
-    preparing the next step."""
-
-    def __init__(self, device: torch.device, size: int) -> None:
-        self.device = device
-        self._alloc(size)
-
-    def _alloc(self, size: int) -> None:
-        pin = self.device.type == "cuda"
-        self.host = torch.empty(size, dtype=torch.int32, pin_memory=pin)
-        self.dev = torch.empty(size, dtype=torch.int32, device=self.device)
-
-    def __call__(self, a: np.ndarray) -> torch.Tensor:
-        n = a.shape[0]
-        if n > self.host.shape[0]:
-            self._alloc(2 * n)
-        self.host[:n].numpy()[:] = a
-        self.dev[:n].copy_(self.host[:n], non_blocking=True)
-        return self.dev[:n]
 
 
 

@@ -22,6 +22,23 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+def graph_world(rows: int, width: int, slots: int, seed: int, heads: int = 32,
+                kv_heads: int = 8, head_dim: int = 128) -> tuple[torch.Tensor, ...]:
+    """What a FULL-graph test replays over: random bf16 K/V of ``slots`` slots, then the
+    runner's persistent buffers for ``rows`` decode rows (query starts, lengths, block
+    table), FA3's schedule buffer, the query and the output."""
+    dev, bf16 = torch.device("cuda"), torch.bfloat16
+    torch.manual_seed(seed)
+    k = torch.randn(slots, kv_heads, head_dim, dtype=bf16, device=dev)
+    v = torch.randn_like(k)
+    qsl = torch.arange(rows + 1, dtype=torch.int32, device=dev)
+    seq = torch.zeros(rows, dtype=torch.int32, device=dev)
+    bt = torch.zeros(rows, width, dtype=torch.int32, device=dev)
+    sched = torch.zeros(1 + 4 * ((rows + 3) // 4 * 4), dtype=torch.int32, device=dev)
+    q = torch.empty(rows, heads, head_dim, dtype=bf16, device=dev)
+    return k, v, qsl, seq, bt, sched, q, torch.empty_like(q)
+
+
 def make_step(prefixes: list[tuple[int, int]], rows: list[tuple[int | None, int, int]],
               seed: int) -> tuple[StepPlan, int]:
     """rows: (prefix index or None, own tokens, query tokens); slots after the prefixes."""
@@ -122,15 +139,7 @@ def test_paged_plan_replays_in_a_full_cuda_graph() -> None:
 
     ops, dev, bf16 = CudaOps(), torch.device("cuda"), torch.bfloat16
     b, h, hkv, d, width, slots = 16, 32, 8, 128, 4096, 80_000
-    torch.manual_seed(1)
-    k = torch.randn(slots, hkv, d, dtype=bf16, device=dev)
-    v = torch.randn_like(k)
-    qsl = torch.arange(b + 1, dtype=torch.int32, device=dev)
-    seq = torch.zeros(b, dtype=torch.int32, device=dev)
-    bt = torch.zeros(b, width, dtype=torch.int32, device=dev)
-    sched = torch.zeros(1 + 4 * ((b + 3) // 4 * 4), dtype=torch.int32, device=dev)
-    q = torch.empty(b, h, d, dtype=bf16, device=dev)
-    out = torch.empty_like(q)
+    k, v, qsl, seq, bt, sched, q, out = graph_world(b, width, slots, seed=1)
 
     def step(lens: list[int], seed: int) -> KernelPlan:
         g = torch.Generator().manual_seed(seed)
@@ -183,17 +192,9 @@ def test_cascade_plan_replays_in_a_full_cuda_graph() -> None:
     ops, dev, bf16 = CudaOps(), torch.device("cuda"), torch.bfloat16
     n, h, hkv, d, width, slots, splits = 64, 32, 8, 128, 20_000, 120_000, 32
     arena = (1, 40_001)
-    torch.manual_seed(2)
-    k = torch.randn(slots, hkv, d, dtype=bf16, device=dev)
-    v = torch.randn_like(k)
-    qsl = torch.zeros(n + 1, dtype=torch.int32, device=dev)
-    seq = torch.zeros(n, dtype=torch.int32, device=dev)
-    bt = torch.zeros(n, width, dtype=torch.int32, device=dev)
-    q = torch.empty(n, h, d, dtype=bf16, device=dev)
-    out = torch.empty_like(q)
+    k, v, qsl, seq, bt, psched, q, out = graph_world(n, width, slots, seed=2)
     bufs = GraphBuffers(GraphLimits(rows=n, width=width, groups=4,
                                     hot_len=arena[1] - arena[0]), dev)
-    psched = torch.zeros(1 + 4 * ((n + 3) // 4 * 4), dtype=torch.int32, device=dev)
     dsched: list[torch.Tensor] = []
 
     def step(teams: list[tuple[int, int]], members: int, plain: int, seed: int

@@ -15,8 +15,9 @@ import torch
 from granikv_engine.config import GraniKVConfig
 from granikv_engine.dispatcher import AttnShape, Backend, Dispatcher
 from granikv_engine.stats import DispatchCounters
+from granikv_engine.step_plan import PinnedStager
 from granikv_engine.vllm_plugin import cuda_graphs
-from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder, Stager
+from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder
 
 ARENA = (1, 1001)
 
@@ -29,7 +30,7 @@ def _builder(table: torch.Tensor | None, force: Backend | None, graphs: bool = T
     b.dispatcher = Dispatcher(AttnShape(num_q_heads=4, num_kv_heads=2, head_dim=64,
                                         dtype_bytes=4, hidden_size=256), force=force)
     b.counters = DispatchCounters()
-    b.stage = Stager(torch.device("cpu"), 256)
+    b.stage = PinnedStager(torch.device("cpu"), 256)
     b.host_block_table = None if table is None else (lambda: table)
     b._searched_runner = True
     b._graph_step = None
