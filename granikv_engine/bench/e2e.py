@@ -214,6 +214,9 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None,
                     help="after the timed runs, profile the first workload's steps "
                          "(torch profiler, vLLM's profiler_config) into this folder")
+    ap.add_argument("--profile-stack", action="store_true",
+                    help="with --profile: the torch profiler also traces Python calls "
+                         "(trace_summary's host time by function; slows the host)")
     ap.add_argument("--sync", type=Path, default=None,
                     help="engines sharing the GPUs: start together, time one at a time")
     ap.add_argument("--turn", type=int, default=0, help="with --sync: this engine's turn")
@@ -238,7 +241,7 @@ def main() -> None:
         args.profile = args.profile.resolve()
         extra["profiler_config"] = {
             "profiler": "torch", "torch_profiler_dir": str(args.profile / args.engine),
-            "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True,
+            "torch_profiler_with_stack": args.profile_stack, "torch_profiler_use_gzip": True,
             "delay_iterations": 40, "max_iterations": 20, "ignore_frontend": True}
     llm = make_llm(args.tiny or args.model, args.engine, max_len, args.hot_slots,
                    bool(args.tiny), extra, cal, tp)

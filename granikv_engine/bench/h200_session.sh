@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device session's runs, one step per call (each under the 10-minute call limit), on
 # the H200 after the three transfers of ../shared/gpu/README.md:
-#   bash granikv_engine/bench/h200_session.sh install|tests|gate|llama|w2|w1-profile|attribution|stock-cascade|fast-alloc|qwen
+#   bash granikv_engine/bench/h200_session.sh install|tests|gate|llama|w2|w1-profile|w1-stack|attribution|stock-cascade|fast-alloc|qwen
 # Results go to $OUT (JSON, engine logs, profile summary), at most 8 files per call.
 set -uo pipefail
 OUT=${OUT:?set OUT}
@@ -48,6 +48,15 @@ w1-profile)  # where a W1 step's time goes (cascade steps, PIECEWISE)
   python3 -m granikv_engine.bench.trace_summary /tmp/rp/profile --top 15 >"$OUT/profile-w1.md" 2>&1
   cp /tmp/rp/*.json /tmp/rp/*.log "$OUT/"
   grep -E "^## |steps \(" "$OUT/profile-w1.md"
+  ;;
+w1-stack)  # where a W1 step's host time goes, by Python function: vLLM's cascade on the
+  # V1 runner (stock-cascade) and GraniKV, 20 decode steps each with Python tracing
+  GRANIKV_BENCH_KV_GIB=42 timeout 560 python3 -m granikv_engine.bench.run --out /tmp/rs \
+    --phases "stock-cascade~granikv" --workloads W1 --attribution none --profile \
+    --profile-stack --timeout 540 | grep -E "^==|tok/s"
+  python3 -m granikv_engine.bench.trace_summary /tmp/rs/profile --top 45 >"$OUT/profile-w1-stack.md" 2>&1
+  cp /tmp/rs/*.json /tmp/rs/*.log "$OUT/"
+  grep -E "^## |steps \(" "$OUT/profile-w1-stack.md"
   ;;
 attribution)  # W1, W3: stock; GraniKV with the unified paged backend only; GraniKV
   GRANIKV_BENCH_KV_GIB=42 timeout 580 python3 -m granikv_engine.bench.run --out /tmp/rb \

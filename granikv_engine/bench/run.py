@@ -74,6 +74,8 @@ def main() -> None:
     ap.add_argument("--kernel-budget", default="150")
     ap.add_argument("--profile", action="store_true",
                     help="end-to-end phases also profile 20 decode steps (OUT/profile/)")
+    ap.add_argument("--profile-stack", action="store_true",
+                    help="with --profile: also trace Python calls (host time by function)")
     ap.add_argument("--hot-slots", default="", help="the GraniKV phases' HOT arena size")
     ap.add_argument("--attribution", default="W1,W3",
                     help="the granikv phase's paged-only runs ('none': skip them)")
@@ -133,6 +135,8 @@ def _command(phase: str, args: argparse.Namespace) -> list[str]:
         cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
     if args.profile and "granikv_engine.bench.e2e" in cmd:
         cmd += ["--profile", str(args.out / "profile")]
+        if args.profile_stack:
+            cmd += ["--profile-stack"]
     if args.hot_slots and phase.startswith("granikv"):
         cmd += ["--hot-slots", args.hot_slots]
     if "--attribution" in cmd:

@@ -3,7 +3,8 @@
 For each trace (``*.pt.trace.json[.gz]`` under the given folders): the steps (from the
 model runner's ``execute_model``-level annotations), the GPU's busy time (the union of
 kernel and copy intervals) against the span the steps cover, the largest idle gaps, the
-top kernels and the top host-side ops and annotations. A step whose GPU is busy for much
+top kernels, the top host-side ops and annotations, and, in traces with Python calls
+(``--profile-stack``), the Python functions by self time. A step whose GPU is busy for much
 less than the step lasts is host-bound: the table then says where the host time goes.
 
     python -m granikv_engine.bench.trace_summary OUT/profile [--top 25]
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -85,12 +87,14 @@ def summarise(events: list[dict[str, Any]], top: int = 25) -> dict[str, Any]:
             k[1] += 1
     host: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for e in events:
-        if e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "python_function") \
+        if e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime") \
                 and lo <= float(e["ts"]) < hi:
             h = host[f"{e.get('cat')}: {e['name'][:80]}"]
             h[0] += float(e["dur"])
             h[1] += 1
     g = sorted(gaps(inside), reverse=True)
+    py = python_times([e for e in events if e.get("cat") == "python_function"
+                       and lo <= float(e["ts"]) < hi])
     return {
         "step_marker": marker, "steps": n_steps, "step_ms": span / n_steps / 1e3,
         "gpu_busy_ms_per_step": busy / n_steps / 1e3, "gpu_busy_frac": busy / span,
@@ -101,7 +105,50 @@ def summarise(events: list[dict[str, Any]], top: int = 25) -> dict[str, Any]:
                     sorted(kern.items(), key=lambda kv: -kv[1][0])[:top]],
         "host": [(n, round(t / n_steps), round(c / n_steps, 1)) for n, (t, c) in
                  sorted(host.items(), key=lambda kv: -kv[1][0])[:top]],
+        "python": [(n, round(inc / n_steps), round(own / n_steps), round(c / n_steps, 1))
+                   for n, (inc, own, c) in
+                   sorted(py.items(), key=lambda kv: -kv[1][1])[:top]],
+        "python_inclusive": [(n, round(inc / n_steps), round(own / n_steps),
+                              round(c / n_steps, 1)) for n, (inc, own, c) in
+                             sorted(py.items(), key=lambda kv: -kv[1][0])[:top]],
     }
+
+
+def python_times(events: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Python calls traced by the profiler (``--profile-stack``), by function:
+    [inclusive us, self us, calls]. Calls nest per thread; a call's self time is its
+    duration minus its direct children's."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    by_tid: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        by_tid[(e.get("pid"), e.get("tid"))].append(e)
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
+        own = [float(e["dur"]) for e in evs]
+        stack: list[int] = []
+        for i, e in enumerate(evs):
+            ts = float(e["ts"])
+            while stack and float(evs[stack[-1]]["ts"]) + float(evs[stack[-1]]["dur"]) <= ts:
+                stack.pop()
+            if stack:
+                own[stack[-1]] -= float(e["dur"])
+            stack.append(i)
+        for e, o in zip(evs, own):
+            name = _short(e["name"])
+            rec = out[name]
+            rec[0] += float(e["dur"])
+            rec[1] += o
+            rec[2] += 1
+    return out
+
+
+def _short(name: str) -> str:
+    """A traced call's name without the install prefix (``.../site-packages/``) and
+    without object addresses (``<built-in method to of Tensor object at 0x...>``)."""
+    for cut in ("site-packages/", "dist-packages/"):
+        if cut in name:
+            name = name.split(cut, 1)[1]
+    return re.sub(r" (of [\w.]+ object )?at 0x[0-9a-fA-F]+", "", name)[:100]
 
 
 def render(name: str, s: dict[str, Any]) -> str:
@@ -117,6 +164,13 @@ def render(name: str, s: dict[str, Any]) -> str:
     lines += [f"| {n} | {t} | {c} |" for n, t, c in s["kernels"]]
     lines += ["", "| host op / annotation (per step) | us | calls |", "|---|---|---|"]
     lines += [f"| {n} | {t} | {c} |" for n, t, c in s["host"]]
+    if s.get("python"):
+        lines += ["", "| Python call (per step, by self time) | inclusive us | self us | "
+                  "calls |", "|---|---|---|---|"]
+        lines += [f"| {n} | {i} | {o} | {c} |" for n, i, o, c in s["python"]]
+        lines += ["", "| Python call (per step, by inclusive time; recursion counts "
+                  "twice) | inclusive us | self us | calls |", "|---|---|---|---|"]
+        lines += [f"| {n} | {i} | {o} | {c} |" for n, i, o, c in s["python_inclusive"]]
     return "\n".join(lines) + "\n"
 
 
