@@ -13,9 +13,10 @@ For the case the running loop hands it (a RUNNING request that already holds blo
 new prefix hit, no lookahead, connector, encoder or admission arguments; one plain
 full-attention manager at block size 1) this does the same work directly, with the same
 functions for what has effects: ``BlockPool.get_new_blocks``, the manager's block list
-and new-block record (the worker zeroes those blocks), and the manager's
-``cache_blocks`` (hashing into the prefix cache, KV events). Anything else returns
-``STOCK`` and takes the stock path. ``tests/vllm_plugin/test_fast_alloc.py`` runs
+and new-block record (the worker zeroes those blocks), and the pool's
+hash insert for the new full blocks (``cache_blocks`` below; vLLM's own
+``cache_blocks`` when KV events are on). Anything else returns ``STOCK`` and takes the
+stock path. ``tests/vllm_plugin/test_fast_alloc.py`` runs
 random sequences of calls through both and compares every piece of state.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
 from vllm.v1.request import Request, RequestStatus
 
@@ -33,6 +35,8 @@ DEFAULTS = {"num_new_computed_tokens": 0, "new_computed_blocks": None,
             "num_lookahead_tokens": 0, "num_external_computed_tokens": 0,
             "delay_cache_blocks": False, "num_encoder_tokens": 0,
             "full_sequence_must_fit": False, "reserved_blocks": 0}
+# what the scheduler's running loop passes (no speculative decoding): checked first
+RUNNING_LOOP = {"num_lookahead_tokens": 0}
 
 
 def plain_manager(kv: Any) -> FullAttentionManager | None:
@@ -52,8 +56,7 @@ def allocate_running(kv: Any, m: FullAttentionManager, request: Request,
     rid = request.request_id
     if (num_new_tokens <= 0 or request.status is not RequestStatus.RUNNING
             or rid not in m.num_cached_block or rid in m._partial_hit_reqs
-            or any(kwargs.get(k, v) != v for k, v in DEFAULTS.items())
-            or not set(kwargs) <= DEFAULTS.keys() | {"has_scheduled_reqs"}):
+            or (kwargs != RUNNING_LOOP and not _defaults(kwargs))):
         return STOCK
     computed = min(request.num_computed_tokens, kv.max_model_len)
     blocks = m.req_to_blocks[rid]
@@ -67,7 +70,42 @@ def allocate_running(kv: Any, m: FullAttentionManager, request: Request,
         if m._record_new_block_ids:
             m.new_block_ids.extend(b.block_id for b in new)
     if kv.enable_caching:
-        m.cache_blocks(request, min(computed + num_new_tokens, request.num_tokens),
-                       retention_interval=kv.coordinator.retention_interval)
+        cache_blocks(kv, m, request, min(computed + num_new_tokens, request.num_tokens))
     result: KVCacheBlocks = kv.create_kv_cache_blocks((new,))
     return result
+
+
+def _defaults(kwargs: dict[str, Any]) -> bool:
+    """Whether the call's keyword arguments are all ones the fast path handles."""
+    return (set(kwargs) <= DEFAULTS.keys() | {"has_scheduled_reqs"}
+            and all(kwargs.get(k, v) == v for k, v in DEFAULTS.items()))
+
+
+def cache_blocks(kv: Any, m: FullAttentionManager, request: Request, num_tokens: int) -> None:
+    """``m.cache_blocks(request, num_tokens)`` for the plain case, directly: the new
+    full blocks (at block size 1, one per token; on a decode step, one) enter the
+    prefix cache under the request's block hashes, through the pool's own insert.
+
+    vLLM's path goes through the manager's and the pool's generic layers (the reachable
+    mask, which full attention does not have; hash-size resolution; partial tails;
+    KV events). With KV events on, a hash size other than 1, or a new block that
+    already carries a hash (promoting a partial block), the stock call runs."""
+    rid = request.request_id
+    done = m.num_cached_block.get(rid, 0)
+    if done >= num_tokens:
+        return
+    pool = kv.block_pool
+    blocks = m.req_to_blocks[rid]
+    if (pool.enable_kv_cache_events or pool.hash_block_size != 1
+            or len(request.block_hashes) < num_tokens
+            or any(blocks[i].block_hash is not None for i in range(done, num_tokens))):
+        m.cache_blocks(request, num_tokens,
+                       retention_interval=kv.coordinator.retention_interval)
+        return
+    hashes, gid = request.block_hashes, m.kv_cache_group_id
+    for i in range(done, num_tokens):
+        blk = blocks[i]
+        if not blk.is_null:
+            pool._insert_block_hash(make_block_hash_with_group_id(hashes[i], gid), blk,
+                                    num_tokens=i + 1)
+    m.num_cached_block[rid] = num_tokens

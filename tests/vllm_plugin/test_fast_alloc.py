@@ -28,12 +28,14 @@ from granikv_engine.vllm_plugin.fast_alloc import STOCK
 MAX_LEN = 160
 
 
-def _manager(fast: bool, num_blocks: int, zeroing: bool) -> kvm.GraniKVCacheManager:
+def _manager(fast: bool, num_blocks: int, zeroing: bool,
+             events: bool = True) -> kvm.GraniKVCacheManager:
     spec = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8, dtype=torch.float32)
     cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                         kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
     kv = KVCacheManager(cfg, max_model_len=MAX_LEN, scheduler_block_size=1,
-                        hash_block_size=1, enable_caching=True, enable_kv_cache_events=True)
+                        hash_block_size=1, enable_caching=True,
+                        enable_kv_cache_events=events)
     arena = kvm.reserve_arena(kv.block_pool, 16)
     # vLLM records new blocks for the worker to zero only beside Mamba layers, which
     # GraniKV's one KV group never has; forced here so both paths' records are compared
@@ -48,9 +50,17 @@ def _state(kv: kvm.GraniKVCacheManager, live: list[str]) -> Any:
     pool = kv.block_pool
     return ({rid: kv.get_block_ids(rid) for rid in live},
             [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-            [(b.ref_cnt, b.block_hash) for b in pool.blocks],
+            [(b.ref_cnt, b.block_hash, b.block_hash_num_tokens) for b in pool.blocks],
+            {h: sorted(b.block_id for b in _cached(pool, h))
+             for h in pool.cached_block_hash_to_block._cache},
+            {k: set(v) for k, v in pool.cached_block_hashes_by_block.items()},
             dict(m.num_cached_block), m.take_new_block_ids(),
             [type(e).__name__ for e in pool.take_events()])
+
+
+def _cached(pool: Any, h: Any) -> list[Any]:
+    got = pool.cached_block_hash_to_block._cache[h]
+    return list(got.values()) if isinstance(got, dict) else [got]
 
 
 class Twin:
@@ -65,10 +75,12 @@ class Twin:
         return [fn(i, r) for i, r in enumerate(self.reqs)]
 
 
-@pytest.mark.parametrize("seed,zeroing", [(s, s % 2 == 1) for s in range(6)])
+@pytest.mark.parametrize("seed,zeroing,events",
+                         [(s, s % 2 == 1, s % 3 != 0) for s in range(6)])
 def test_the_fast_path_leaves_every_piece_of_state_as_vllms_own(
-        seed: int, zeroing: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``zeroing``: the managers record new blocks for the worker to zero."""
+        seed: int, zeroing: bool, events: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``zeroing``: the managers record new blocks for the worker to zero. ``events``:
+    KV-cache events on (the fast path then caches through vLLM's own call)."""
     init_none_hash(sha256)
     hasher = get_request_block_hasher(1, sha256)
     fast_calls = []
@@ -81,7 +93,7 @@ def test_the_fast_path_leaves_every_piece_of_state_as_vllms_own(
 
     monkeypatch.setattr(kvm, "allocate_running", counted)
     rng = random.Random(seed)
-    kvs = [_manager(True, 420, zeroing), _manager(False, 420, zeroing)]
+    kvs = [_manager(True, 420, zeroing, events), _manager(False, 420, zeroing, events)]
     prefixes = [[rng.randrange(3, 500) for _ in range(rng.randrange(5, 40))]
                 for _ in range(3)]
     running: list[Twin] = []
