@@ -88,23 +88,27 @@ def cache_blocks(kv: Any, m: FullAttentionManager, request: Request, num_tokens:
 
     vLLM's path goes through the manager's and the pool's generic layers (the reachable
     mask, which full attention does not have; hash-size resolution; partial tails;
-    KV events). With KV events on, a hash size other than 1, or a new block that
-    already carries a hash (promoting a partial block), the stock call runs."""
+    KV events). With KV events on or a hash size other than 1, the stock call runs; a
+    new block that already carries a hash (a partial block's promotion, which block
+    size 1 does not have) hands the rest to it."""
     rid = request.request_id
     done = m.num_cached_block.get(rid, 0)
     if done >= num_tokens:
         return
     pool = kv.block_pool
-    blocks = m.req_to_blocks[rid]
     if (pool.enable_kv_cache_events or pool.hash_block_size != 1
-            or len(request.block_hashes) < num_tokens
-            or any(blocks[i].block_hash is not None for i in range(done, num_tokens))):
+            or len(request.block_hashes) < num_tokens):
         m.cache_blocks(request, num_tokens,
                        retention_interval=kv.coordinator.retention_interval)
         return
-    hashes, gid = request.block_hashes, m.kv_cache_group_id
+    blocks, hashes, gid = m.req_to_blocks[rid], request.block_hashes, m.kv_cache_group_id
     for i in range(done, num_tokens):
         blk = blocks[i]
+        if blk.block_hash is not None:  # the stock call takes it from here
+            m.num_cached_block[rid] = i
+            m.cache_blocks(request, num_tokens,
+                           retention_interval=kv.coordinator.retention_interval)
+            return
         if not blk.is_null:
             pool._insert_block_hash(make_block_hash_with_group_id(hashes[i], gid), blk,
                                     num_tokens=i + 1)

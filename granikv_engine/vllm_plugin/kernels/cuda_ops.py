@@ -35,14 +35,8 @@ class CudaOps:
                        dtype: torch.dtype, num_splits: int) -> Tensor:
         """FA3's ahead-of-time schedule for ``forward``'s paged pass over page-size-1
         blocks (as vLLM's FlashAttention backend makes it for FULL CUDA graphs)."""
-        from vllm.vllm_flash_attn import get_scheduler_metadata
-
-        meta: Tensor = get_scheduler_metadata(
-            batch_size=seq_lens.shape[0], max_seqlen_q=max_q, max_seqlen_k=max_k,
-            num_heads_q=num_q_heads, num_heads_kv=num_kv_heads, headdim=head_dim,
-            cache_seqlens=seq_lens, qkv_dtype=dtype, cu_seqlens_q=cu_q, page_size=1,
-            causal=True, window_size=(-1, -1), num_splits=num_splits)
-        return meta
+        return _schedule(cu_q, seq_lens, max_q, max_k, num_q_heads, num_kv_heads,
+                         head_dim, dtype, num_splits, page_size=1, causal=True)
 
     def schedule_dense(self, cu_q: Tensor, seqused_k: Tensor, max_q: int, max_k: int,
                        num_q_heads: int, num_kv_heads: int, head_dim: int,
@@ -50,14 +44,8 @@ class CudaOps:
         """FA3's ahead-of-time schedule for ``forward``'s dense HOT pass (varlen
         queries, each group's keys a contiguous slab of ``seqused_k`` slots,
         non-causal), for the graph form of a plan (graph_plan.py)."""
-        from vllm.vllm_flash_attn import get_scheduler_metadata
-
-        meta: Tensor = get_scheduler_metadata(
-            batch_size=seqused_k.shape[0], max_seqlen_q=max_q, max_seqlen_k=max_k,
-            num_heads_q=num_q_heads, num_heads_kv=num_kv_heads, headdim=head_dim,
-            cache_seqlens=seqused_k, qkv_dtype=dtype, cu_seqlens_q=cu_q, causal=False,
-            window_size=(-1, -1), num_splits=num_splits)
-        return meta
+        return _schedule(cu_q, seqused_k, max_q, max_k, num_q_heads, num_kv_heads,
+                         head_dim, dtype, num_splits, page_size=None, causal=False)
 
     def warm_up_merge(self, num_heads: int, head_dim: int, dtype: torch.dtype,
                       device: torch.device) -> None:
@@ -104,3 +92,16 @@ class CudaOps:
             self._merge(out, o_hot, lse_hot, out, lse)
         else:
             merge_indexed_(out, lse, o_hot, lse_hot, plan.cascade_q_index)
+
+
+def _schedule(cu_q: Tensor, k_lens: Tensor, max_q: int, max_k: int, num_q_heads: int,
+              num_kv_heads: int, head_dim: int, dtype: torch.dtype, num_splits: int,
+              page_size: int | None, causal: bool) -> Tensor:
+    from vllm.vllm_flash_attn import get_scheduler_metadata
+
+    meta: Tensor = get_scheduler_metadata(
+        batch_size=k_lens.shape[0], max_seqlen_q=max_q, max_seqlen_k=max_k,
+        num_heads_q=num_q_heads, num_heads_kv=num_kv_heads, headdim=head_dim,
+        cache_seqlens=k_lens, qkv_dtype=dtype, cu_seqlens_q=cu_q, page_size=page_size,
+        causal=causal, window_size=(-1, -1), num_splits=num_splits)
+    return meta
