@@ -65,7 +65,8 @@ def engine_env(engine: str) -> dict[str, str]:
 
 
 def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
-             extra: dict[str, Any], calibration: str = "", tp: int = 1) -> Any:
+             extra: dict[str, Any], calibration: str = "", tp: int = 1,
+             max_num_seqs: int = 512) -> Any:
     os.environ.update(engine_env(engine))
     from vllm import LLM
 
@@ -79,7 +80,7 @@ def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
     gpu = torch.cuda.is_available()
     kw: dict[str, Any] = dict(model=folder, load_format="dummy", skip_tokenizer_init=True,
                               enable_prefix_caching=True, max_model_len=max_len, seed=0,
-                              disable_log_stats=False, max_num_seqs=512)
+                              disable_log_stats=False, max_num_seqs=max_num_seqs)
     if tp > 1:  # vLLM's multiprocessing executor, one worker per GPU, NCCL between them.
         # FlashInfer's fused all-reduce + RMSNorm picks its "mnnvl" backend on one node,
         # which needs NVLink multicast (off on the lent machines; it faulted there): off
@@ -205,6 +206,8 @@ def main() -> None:
     ap.add_argument("--workloads", default="W5,W1,W2,W3")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--hot-slots", type=int, default=100_000)
+    ap.add_argument("--max-num-seqs", type=int, default=512,
+                    help="vLLM's max_num_seqs (requests per engine step), for every workload")
     ap.add_argument("--scale", type=float, default=1.0, help="shrink lengths (CPU dry runs)")
     ap.add_argument("--tiny", default="", help="a local model folder (CPU dry runs)")
     ap.add_argument("--attribution", default="",
@@ -244,7 +247,7 @@ def main() -> None:
             "torch_profiler_with_stack": args.profile_stack, "torch_profiler_use_gzip": True,
             "delay_iterations": 40, "max_iterations": 20, "ignore_frontend": True}
     llm = make_llm(args.tiny or args.model, args.engine, max_len, args.hot_slots,
-                   bool(args.tiny), extra, cal, tp)
+                   bool(args.tiny), extra, cal, tp, max_num_seqs=args.max_num_seqs)
     start_s = time.perf_counter() - t0
     llm.collective_rpc("granikv_reinit_weights")
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
@@ -252,7 +255,11 @@ def main() -> None:
         take_turn(args.sync, args.turn, args.peers)
     args.out.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"env": environment(), "engine": args.engine, "model": args.model,
-                           "tp": tp, "engine_start_s": start_s, "results": []}
+                           "tp": tp, "max_num_seqs": args.max_num_seqs,
+                           "engine_start_s": start_s, "results": []}
+    # 512 (the default) keeps the name it always had; another max_num_seqs its own file
+    seqs = "" if args.max_num_seqs == 512 else f"-s{args.max_num_seqs}"
+    out = args.out / f"e2e-{tag}-{args.engine}{seqs}.json"
     # GraniKV: each workload once with the unified paged backend only, then with the
     # dispatcher (fresh suffixes, so the second run gets no prefix-cache help).
     attributed = set(args.attribution.split(",")) if args.attribution else set()
@@ -263,9 +270,9 @@ def main() -> None:
             if mode is not None:
                 llm.collective_rpc("granikv_set_backend", args=(mode,))
             r = run_workload(llm, name, w, vocab, args.scale, salt=f"-run{i}")
+            r["max_num_seqs"] = args.max_num_seqs
             doc["results"].append(r)
             print(f"[{name}] {w.name}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s", flush=True)
-            out = args.out / f"e2e-{tag}-{args.engine}.json"
             out.write_text(json.dumps(doc, indent=1))
     if args.profile:  # after the timed runs: the first workload once more, profiled
         w = ws[0]

@@ -15,6 +15,10 @@ side by side in half the time. ``a~b`` starts both engines on all GPUs at once (
 its share of the memory), then times ``a`` and ``b`` one after the other while the other
 idles: the start-ups overlap, the timed runs do not. NVLink multicast stays off (NCCL,
 PyTorch, NVSHMEM, vLLM's symmetric-memory and FlashInfer's all-reduce) for every engine.
+
+``--max-num-seqs N`` runs every end-to-end phase at vLLM's ``max_num_seqs`` N (default:
+e2e.py's 512); its JSON then lands as ``e2e-...-sN.json``, beside the 512 run's, and
+``bench/report.py`` keeps each engine's best.
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ def main() -> None:
     ap.add_argument("--profile-stack", action="store_true",
                     help="with --profile: also trace Python calls (host time by function)")
     ap.add_argument("--hot-slots", default="", help="the GraniKV phases' HOT arena size")
+    ap.add_argument("--max-num-seqs", default="",
+                    help="the end-to-end phases' max_num_seqs (default: e2e.py's 512)")
     ap.add_argument("--attribution", default="W1,W3",
                     help="the granikv phase's paged-only runs ('none': skip them)")
     args = ap.parse_args()
@@ -139,6 +145,8 @@ def _command(phase: str, args: argparse.Namespace) -> list[str]:
             cmd += ["--profile-stack"]
     if args.hot_slots and phase.startswith("granikv"):
         cmd += ["--hot-slots", args.hot_slots]
+    if args.max_num_seqs and "granikv_engine.bench.e2e" in cmd:
+        cmd += ["--max-num-seqs", args.max_num_seqs]
     if "--attribution" in cmd:
         at = cmd.index("--attribution")
         cmd[at + 1] = "" if args.attribution == "none" else args.attribution

@@ -4,8 +4,10 @@ that dies does not hold the others up."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,31 @@ def test_the_stockalloc_engine_differs_from_granikv_only_in_the_allocation_path(
     a, b = mine["additional_config"]["granikv"], other["additional_config"]["granikv"]
     assert a.pop("fast_alloc") is True and b.pop("fast_alloc") is False
     assert a == b
+
+
+def test_max_num_seqs_reaches_every_end_to_end_phase_only(tmp_path: Path) -> None:
+    def cmd(phase: str, seqs: str) -> list[str]:
+        return run._command(phase, argparse.Namespace(
+            out=tmp_path, workloads="", kernel_budget="150", profile=False,
+            profile_stack=False, hot_slots="", attribution="none", max_num_seqs=seqs))
+
+    e2e = [p for p, c in run.PHASES.items() if "granikv_engine.bench.e2e" in c]
+    assert {"stock", "granikv", "w2-stock", "w2-granikv", "tp2-stock"} <= set(e2e)
+    for phase in e2e:
+        c = cmd(phase, "256")
+        assert c[c.index("--max-num-seqs") + 1] == "256" and c.count("--max-num-seqs") == 1
+        assert "--max-num-seqs" not in cmd(phase, "")  # unset: each phase's own (512)
+    for phase in ("tests", "kernels"):
+        assert "--max-num-seqs" not in cmd(phase, "256")
+
+
+def test_make_llm_passes_max_num_seqs_to_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from granikv_engine.bench import e2e
+
+    seen: list[dict[str, object]] = []
+    fake = types.ModuleType("vllm")
+    fake.LLM = lambda **kw: seen.append(kw)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    e2e.make_llm("/tiny", "stock", 256, 0, True, {})
+    e2e.make_llm("/tiny", "stock", 256, 0, True, {}, max_num_seqs=256)
+    assert [kw["max_num_seqs"] for kw in seen] == [512, 256]

@@ -1,0 +1,60 @@
+"""bench/report.py's end-to-end tables: each engine at its best max_num_seqs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from granikv_engine.bench.report import e2e_table, seqs_table, step_table
+
+
+def _result(engine: str, workload: str, tok_s: float, seqs: int | None) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "engine": engine, "workload": workload, "tok_s": tok_s, "wall_s": 1e5 / tok_s,
+        "ttft_s": {"p50": 0.5}, "itl_s": {"p50": 0.02}, "scheduler": {"steps": 2000},
+        "dispatch": {"groups": {"cascade": 3, "paged": 1}, "rows": {"cascade": 500}}}
+    if seqs is not None:  # None: older JSON, without the key (512)
+        r["max_num_seqs"] = seqs
+    return r
+
+
+def _rows(table: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+
+
+# W2 at 256 (one run per engine) and at 512 (another, older JSON for stock): stock is
+# faster at 256, GraniKV at 512. W1 only at 256.
+RUNS = [
+    {"results": [_result("stock", "W1", 6000, 256), _result("stock", "W2", 5000, 256),
+                 _result("granikv", "W1", 15000, 256), _result("granikv", "W2", 11000, 256)]},
+    {"results": [_result("stock", "W2", 4000, None)]},
+    {"results": [_result("granikv", "W2", 13000, 512)]},
+]
+
+
+def test_each_engine_keeps_its_fastest_max_num_seqs() -> None:
+    table, speed = e2e_table(RUNS)
+    rows = {r[0].split()[0]: r for r in _rows(table)}
+    w2 = rows["W2"]
+    assert w2[0] == "W2 (max_num_seqs: stock 256, GraniKV 512)"
+    assert (w2[1], w2[2], w2[3]) == ("5,000", "13,000", "**2.60x**")
+    assert speed["W2"] == {"stock": 5000, "granikv": 13000}
+    w1 = rows["W1"]  # one max_num_seqs only: no label
+    assert w1[0] == "W1" and w1[3] == "**2.50x**"
+
+
+def test_seqs_table_lists_every_run_of_a_workload_with_a_choice() -> None:
+    rows = _rows(seqs_table(RUNS))
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        ("W2", "granikv", "256", "11,000"), ("W2", "granikv", "512", "13,000"),
+        ("W2", "stock", "256", "5,000"), ("W2", "stock", "512", "4,000")]
+    assert rows[0][4:] == ["20.0", "2000"]
+    assert seqs_table(RUNS[:1]) == ""  # every workload at one max_num_seqs: no table
+    table, _ = e2e_table(RUNS[:1])
+    assert "max_num_seqs" not in table
+
+
+def test_step_table_names_each_run_s_max_num_seqs() -> None:
+    rows = _rows(step_table(RUNS))
+    assert [(r[0], r[1], r[2]) for r in rows[-2:]] == [("stock", "W2", "512"),
+                                                       ("granikv", "W2", "512")]
+    assert rows[0][:3] == ["stock", "W1", "256"] and len(rows[0]) == 10
