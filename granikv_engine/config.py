@@ -33,9 +33,6 @@ class GraniKVConfig:
     # the engine core's allocation for running requests takes the direct path of
     # vllm_plugin/fast_alloc.py (False: vLLM's generic allocate_slots every time)
     fast_alloc: bool = True
-    # a running request's sampled tokens are hashed (and enter the prefix cache) this
-    # many at a time, in one call (vllm_plugin/hasher.py); 1: each as it comes, as stock
-    hash_batch: int = 16
     prompt_match: bool = True  # bind prompts that start with a prefix of their team
     default_team: str = "default"
 
@@ -49,8 +46,6 @@ class GraniKVConfig:
         if self.cascade_graph_min_rows < 0 or self.cascade_graph_groups < 1:
             raise ValueError("granikv.cascade_graph_min_rows must be >= 0 and "
                              "granikv.cascade_graph_groups >= 1")
-        if self.hash_batch < 1:
-            raise ValueError("granikv.hash_batch must be >= 1")
         if self.min_hot_len < 1:
             raise ValueError("granikv.min_hot_len must be >= 1")
 

@@ -90,27 +90,18 @@ def cache_blocks(kv: Any, m: FullAttentionManager, request: Request, num_tokens:
     mask, which full attention does not have; hash-size resolution; partial tails;
     KV events). With KV events on or a hash size other than 1, the stock call runs; a
     new block that already carries a hash (a partial block's promotion, which block
-    size 1 does not have) hands the rest to it. Blocks whose tokens the hasher has not
-    hashed yet are left for later: ``kv.cache_pending`` keeps the target."""
+    size 1 does not have) hands the rest to it."""
     rid = request.request_id
     done = m.num_cached_block.get(rid, 0)
     if done >= num_tokens:
         return
     pool = kv.block_pool
-    hashes = request.block_hashes
-    if pool.enable_kv_cache_events or pool.hash_block_size != 1:
-        kv.catch_up(request)
+    if (pool.enable_kv_cache_events or pool.hash_block_size != 1
+            or len(request.block_hashes) < num_tokens):
         m.cache_blocks(request, num_tokens,
                        retention_interval=kv.coordinator.retention_interval)
         return
-    if len(hashes) < num_tokens:  # the hasher batches decode tokens (hasher.py): the
-        kv.cache_pending[rid] = num_tokens  # rest once hashed, or by kv.catch_up
-        num_tokens = len(hashes)
-        if done >= num_tokens:
-            return
-    else:
-        kv.cache_pending.pop(rid, None)
-    blocks, gid = m.req_to_blocks[rid], m.kv_cache_group_id
+    blocks, hashes, gid = m.req_to_blocks[rid], request.block_hashes, m.kv_cache_group_id
     for i in range(done, num_tokens):
         blk = blocks[i]
         if blk.block_hash is not None:  # the stock call takes it from here

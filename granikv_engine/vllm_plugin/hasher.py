@@ -1,5 +1,4 @@
-"""Block hashing without re-hashing HOT prefixes, and with decode tokens hashed in
-batches.
+"""Block hashing without re-hashing HOT prefixes.
 
 At ``block_size=1`` vLLM hashes every prompt token when a request is created (a sha256
 chain, about 1.5 us a token). A request that starts with a READY prefix gets that
@@ -7,15 +6,6 @@ prefix's chain copied from the registering request instead; the stock hasher the
 continues after it. The result is identical to stock hashing: the chain is a pure
 function of the tokens, and seeding happens only for requests whose hashes have no
 extra keys (no LoRA, multimodal input, prompt embeddings or cache salt).
-
-vLLM also hashes every sampled token as it is appended (``Request.update_block_hashes``),
-one hasher call per running request per step; stock vLLM at block 16 hashes one token
-in 16. With ``batch`` > 1, a RUNNING request's new tokens are hashed ``batch`` at a time,
-in one call, by the same stock hasher (so the chain is the same). Until then its newest
-tokens have no hash: the KV manager caches its blocks up to the hashed ones, and
-``catch_up`` finishes the chain wherever vLLM reads it beyond that (``kv_manager.py``:
-freeing, preemption, the stock allocation and lookup paths). The scheduler turns
-batching on only without KV events or a KV connector, which read hashes as they grow.
 """
 
 from __future__ import annotations
@@ -23,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from vllm.v1.request import RequestStatus
 
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
 
@@ -60,17 +48,10 @@ EMPTY = SeedTable({}, {})
 
 
 class SeededBlockHasher:
-    """``batch``: a running request's new tokens are hashed this many at a time (1: each
-    as it comes, as stock). Needs a hash block size of 1."""
-
-    def __init__(self, stock: Hasher, default_team: str, prompt_match: bool,
-                 batch: int = 1) -> None:
-        if batch < 1:
-            raise ValueError(f"hash batch must be >= 1, got {batch}")
+    def __init__(self, stock: Hasher, default_team: str, prompt_match: bool) -> None:
         self.stock = stock
         self.default_team = default_team
         self.prompt_match = prompt_match
-        self.batch = batch
         self.table = EMPTY
         self.seeded_tokens = 0
 
@@ -78,23 +59,14 @@ class SeededBlockHasher:
         self.table = table
 
     def __call__(self, request: Any) -> list[Any]:
-        hashes = request.block_hashes
-        if not hashes:
+        if not request.block_hashes:
             seed = self._seed_for(request)
             if seed is not None:
                 # The stock hasher continues from len(block_hashes); the caller extends
                 # the same list with what it returns.
-                hashes.extend(seed.hashes)
+                request.block_hashes.extend(seed.hashes)
                 self.seeded_tokens += len(seed.hashes)
-        elif (request.num_tokens - len(hashes) < self.batch
-              and request.status is RequestStatus.RUNNING):
-            return []  # hashed with the next ones (or by catch_up)
         return self.stock(request)
-
-    def catch_up(self, request: Any) -> None:
-        """Hash the request's tokens that batching left without a hash."""
-        if len(request.block_hashes) < request.num_tokens:
-            request.block_hashes.extend(self.stock(request))
 
     def _seed_for(self, request: Any) -> Seed | None:
         if (request.lora_request is not None or request.mm_features or request.cache_salt

@@ -11,9 +11,6 @@ owns them. Everything else is the COLD pool: vLLM's own ``BlockPool`` at block s
   any stock prefix-cache continuation, then COLD blocks for its own tokens.
 - HOT blocks are never touched nor freed per block: a request holds one ``HotPool``
   reference, taken and dropped in O(1).
-- With the hasher batching decode tokens (``hasher.py``), a running request's newest
-  blocks enter the prefix cache when their hashes exist; ``catch_up`` hashes and caches
-  the rest before vLLM's own code reads them (freeing, preemption, the stock paths).
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ from vllm.v1.request import Request
 from granikv_engine.hot_pool import SlotRange
 from granikv_engine.prefix_registry import PrefixRegistry, PrefixState
 from granikv_engine.vllm_plugin.fast_alloc import STOCK, allocate_running, plain_manager
-from granikv_engine.vllm_plugin.hasher import SeededBlockHasher
 
 logger = init_logger(__name__)
 
@@ -86,8 +82,6 @@ class GraniKVCacheManager(KVCacheManager):
     intents: dict[str, Intent]
     held: dict[str, Held]
     hot_counters: HotCounters
-    hasher: SeededBlockHasher | None  # set by the scheduler once the engine builds it
-    cache_pending: dict[str, int]  # request id -> tokens to cache once they are hashed
     _hot_ids_key: tuple[int, int]
     _hot_ids: list[int]
     _fast: FullAttentionManager | None
@@ -105,7 +99,6 @@ class GraniKVCacheManager(KVCacheManager):
         me.registry, me.arena = registry, arena
         me._fast = plain_manager(me) if fast_alloc else None
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
-        me.hasher, me.cache_pending = None, {}
         me._hot_ids_key, me._hot_ids = (0, 0), []
         _patch_touch(me.block_pool)
         for single in me.coordinator.single_type_managers:
@@ -131,26 +124,10 @@ class GraniKVCacheManager(KVCacheManager):
             got = allocate_running(self, self._fast, request, num_new_tokens, kwargs)
             if got is not STOCK:
                 return got  # type: ignore[no-any-return]
-        self.catch_up(request)
         return super().allocate_slots(request, num_new_tokens, *args, **kwargs)
-
-    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        self.catch_up(request)
-        super().cache_blocks(request, num_computed_tokens)
-
-    def catch_up(self, request: Request) -> None:
-        """Hash what the hasher's batching left unhashed, and cache the blocks the fast
-        path could not cache for want of those hashes: the state vLLM's own code
-        expects. A no-op when nothing lags."""
-        if self.hasher is not None:
-            self.hasher.catch_up(request)
-        pending = self.cache_pending.pop(request.request_id, None)
-        if pending is not None:
-            super().cache_blocks(request, pending)
 
     # ---- lookups --------------------------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
-        self.catch_up(request)  # a preempted request's chain, before it is looked up
         intent = self.intents.get(request.request_id)
         if intent is None:
             return super().get_computed_blocks(request)
@@ -212,9 +189,7 @@ class GraniKVCacheManager(KVCacheManager):
         self.block_pool.free_blocks(reversed(blocks))
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
-        """The request's COLD blocks; its HOT blocks stay with the HotPool. They leave
-        cached, as stock leaves them (``catch_up``)."""
-        self.catch_up(request)
+        """The request's COLD blocks; its HOT blocks stay with the HotPool."""
         blocks = super().pop_blocks_for_free(request)
         held = self.held.pop(request.request_id, None)
         if held is None:

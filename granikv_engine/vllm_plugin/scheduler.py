@@ -161,15 +161,8 @@ class GraniKVSchedulerMixin:
 
     # ---- hashing --------------------------------------------------------------------
     def wrap_block_hasher(self, stock: Any) -> SeededBlockHasher:
-        pool = self.gk.block_pool
-        # Batched decode hashing needs readers that wait for catch_up: not KV events
-        # or a KV connector, which read each hash as it grows.
-        batch = (self.gk_cfg.hash_batch if self.gk.enable_caching
-                 and not pool.enable_kv_cache_events and pool.hash_block_size == 1
-                 and getattr(self, "connector", None) is None else 1)
         self.hasher = SeededBlockHasher(stock, self.gk_cfg.default_team,
-                                        self.gk_cfg.prompt_match, batch)
-        self.gk.hasher = self.hasher
+                                        self.gk_cfg.prompt_match)
         self._publish_seeds()
         return self.hasher
 

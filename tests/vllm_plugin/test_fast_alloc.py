@@ -24,7 +24,6 @@ from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import PrefixRegistry
 from granikv_engine.vllm_plugin import kv_manager as kvm
 from granikv_engine.vllm_plugin.fast_alloc import STOCK
-from granikv_engine.vllm_plugin.hasher import SeededBlockHasher
 
 MAX_LEN = 160
 
@@ -67,30 +66,45 @@ def _cached(pool: Any, h: Any) -> list[Any]:
 class Twin:
     """One request as each manager sees it (requests carry their own state)."""
 
-    def __init__(self, rid: str, prompt: list[int], hashers: list[Any]) -> None:
+    def __init__(self, rid: str, prompt: list[int], hasher: Any) -> None:
         sp = SamplingParams(max_tokens=MAX_LEN)
-        self.reqs = [Request(rid, list(prompt), sp, None, block_hasher=h) for h in hashers]
+        self.reqs = [Request(rid, list(prompt), sp, None, block_hasher=hasher)
+                     for _ in range(2)]
 
     def each(self, fn: Any) -> list[Any]:
         return [fn(i, r) for i, r in enumerate(self.reqs)]
 
 
-def _drive(seed: int, kvs: list[kvm.GraniKVCacheManager], hashers: list[Any],
-           check: Any, ops: int = 900) -> list[Twin]:
-    """A random sequence of scheduler-like calls through both managers; ``check(live)``
-    after each. Returns the requests still running at the end."""
+@pytest.mark.parametrize("seed,zeroing,events",
+                         [(s, s % 2 == 1, s % 3 != 0) for s in range(6)])
+def test_the_fast_path_leaves_every_piece_of_state_as_vllms_own(
+        seed: int, zeroing: bool, events: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``zeroing``: the managers record new blocks for the worker to zero. ``events``:
+    KV-cache events on (the fast path then caches through vLLM's own call)."""
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(1, sha256)
+    fast_calls = []
+    real = kvm.allocate_running
+
+    def counted(*a: Any) -> Any:
+        got = real(*a)
+        fast_calls.append(got is not STOCK)
+        return got
+
+    monkeypatch.setattr(kvm, "allocate_running", counted)
     rng = random.Random(seed)
+    kvs = [_manager(True, 420, zeroing, events), _manager(False, 420, zeroing, events)]
     prefixes = [[rng.randrange(3, 500) for _ in range(rng.randrange(5, 40))]
                 for _ in range(3)]
     running: list[Twin] = []
     waiting: list[Twin] = []
     n = 0
-    for _ in range(ops):
+    for _ in range(900):
         op = rng.random()
         if op < 0.08 or not (running or waiting):  # a new request, often on a prefix
             base = rng.choice(prefixes) if rng.random() < 0.7 else []
             prompt = base + [rng.randrange(3, 500) for _ in range(rng.randrange(1, 50))]
-            waiting.append(Twin(f"r{n}", prompt, hashers))
+            waiting.append(Twin(f"r{n}", prompt, hasher))
             n += 1
             continue
         if op < 0.2 and waiting:  # admit the oldest waiting request, as the scheduler
@@ -139,64 +153,7 @@ def _drive(seed: int, kvs: list[kvm.GraniKVCacheManager], hashers: list[Any],
                         r.status = RequestStatus.PREEMPTED
                         r.num_computed_tokens = 0
                     waiting.append(t)
-        check([t.reqs[0].request_id for t in running])
-    return running
-
-
-@pytest.mark.parametrize("seed,zeroing,events",
-                         [(s, s % 2 == 1, s % 3 != 0) for s in range(6)])
-def test_the_fast_path_leaves_every_piece_of_state_as_vllms_own(
-        seed: int, zeroing: bool, events: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``zeroing``: the managers record new blocks for the worker to zero. ``events``:
-    KV-cache events on (the fast path then caches through vLLM's own call)."""
-    init_none_hash(sha256)
-    hasher = get_request_block_hasher(1, sha256)
-    fast_calls = []
-    real = kvm.allocate_running
-
-    def counted(*a: Any) -> Any:
-        got = real(*a)
-        fast_calls.append(got is not STOCK)
-        return got
-
-    monkeypatch.setattr(kvm, "allocate_running", counted)
-    kvs = [_manager(True, 420, zeroing, events), _manager(False, 420, zeroing, events)]
-    _drive(seed, kvs, [hasher, hasher],
-           lambda live: _assert_equal(_state(kvs[0], live), _state(kvs[1], live)))
+        live = [t.reqs[0].request_id for t in running]
+        assert _state(kvs[0], live) == _state(kvs[1], live)
     assert sum(fast_calls) >= 150, sum(fast_calls)  # the fast path did run
     assert not all(fast_calls)  # and handed other calls to the stock path
-
-
-def _assert_equal(a: Any, b: Any) -> None:
-    assert a == b
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_batched_hashing_caches_what_stock_caches_once_caught_up(seed: int) -> None:
-    """The hasher batching a running request's tokens (hasher.py) against stock hashing
-    on vLLM's own allocation path. While requests run, the batched manager's prefix
-    cache is the stock one minus running requests' newest blocks: every hash it holds
-    is the stock one, on the same block, and every block list, reference count and the
-    free queue (so every eviction) are the same. Freed requests leave exactly the stock
-    state, so once all are freed the two states are equal."""
-    init_none_hash(sha256)
-    stock = get_request_block_hasher(1, sha256)
-    batched = SeededBlockHasher(stock, "t", prompt_match=False, batch=16)
-    kvs = [_manager(True, 420, False, events=False), _manager(False, 420, False, False)]
-    kvs[0].hasher = batched
-    lagged = []
-
-    def check(live: list[str]) -> None:
-        a, b = _state(kvs[0], live), _state(kvs[1], live)
-        assert a[0] == b[0] and a[1] == b[1]  # block lists, free queue
-        for (ref_a, hash_a, n_a), (ref_b, hash_b, n_b) in zip(a[2], b[2], strict=True):
-            assert ref_a == ref_b and hash_a in (None, hash_b) and n_a in (None, n_b)
-        assert all(b[3].get(h) == ids for h, ids in a[3].items())  # a subset of stock's
-        lagged.append(sum(len(v) for v in b[3].values()) - sum(len(v) for v in a[3].values()))
-
-    running = _drive(seed, kvs, [batched, stock], check)
-    assert max(lagged) >= 10  # blocks did wait for their hashes
-    for t in running:
-        t.each(lambda i, r: kvs[i].free(r))
-    assert _state(kvs[0], []) == _state(kvs[1], [])
-    assert not kvs[0].cache_pending
