@@ -120,3 +120,29 @@ def test_prompt_logprobs_of_a_bound_request_cover_the_whole_prompt(
     after = control(gk_llm, "stats")
     assert after["hits"]["hits"] == st["hits"]["hits"]  # served without the HOT prefix
     assert after["events"]["prefix_reads_skipped"] - st["events"]["prefix_reads_skipped"] == 2
+
+
+def test_an_agents_next_turn_hits_every_token_of_its_last_turn(stock_llm: Any,
+                                                               gk_llm: Any) -> None:
+    """An agent's next turn resends its whole history (the team prefix, its own tokens,
+    its sampled tokens). GraniKV finds every computed token of the last turn in the
+    prefix cache (all but the last sampled token, which was never computed), at token
+    granularity, after the HOT prefix; stock vLLM at block 16 finds whole blocks."""
+    from vllm.inputs import TokensPrompt
+
+    prefix = tokens(21, 160)
+    register(gk_llm, "talk", prefix, prefix_id="talk-ctx")
+    first = [prefix + tokens(700 + j, 7 + j) for j in range(3)]
+    m = 21
+    turn1 = generate(gk_llm, first, params(m, bind_args("talk", "talk-ctx")))
+    assert_same(generate(stock_llm, first, params(m)), turn1)
+    second = [p + out + tokens(800 + j, 5) for j, (p, (out, _)) in enumerate(zip(first, turn1))]
+    outs = {}
+    for name, llm, sp in (("gk", gk_llm, params(4, bind_args("talk", "talk-ctx"))),
+                          ("stock", stock_llm, params(4))):
+        outs[name] = llm.generate([TokensPrompt(prompt_token_ids=p) for p in second], sp,
+                                  use_tqdm=False)
+    for j, p in enumerate(first):
+        assert outs["gk"][j].num_cached_tokens == len(p) + m - 1
+        assert outs["stock"][j].num_cached_tokens == (len(p) + m - 1) // 16 * 16
+        assert outs["gk"][j].outputs[0].token_ids == outs["stock"][j].outputs[0].token_ids
