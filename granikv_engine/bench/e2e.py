@@ -25,6 +25,7 @@ from typing import Any
 
 from granikv_engine.bench.env import environment
 from granikv_engine.bench.workloads import (
+    MAX_NUM_SEQS,
     WORKLOADS,
     Workload,
     prefixes,
@@ -66,7 +67,7 @@ def engine_env(engine: str) -> dict[str, str]:
 
 def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
              extra: dict[str, Any], calibration: str = "", tp: int = 1,
-             max_num_seqs: int = 512) -> Any:
+             max_num_seqs: int = MAX_NUM_SEQS) -> Any:
     os.environ.update(engine_env(engine))
     from vllm import LLM
 
@@ -206,7 +207,7 @@ def main() -> None:
     ap.add_argument("--workloads", default="W5,W1,W2,W3")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--hot-slots", type=int, default=100_000)
-    ap.add_argument("--max-num-seqs", type=int, default=512,
+    ap.add_argument("--max-num-seqs", type=int, default=MAX_NUM_SEQS,
                     help="vLLM's max_num_seqs (requests per engine step), for every workload")
     ap.add_argument("--scale", type=float, default=1.0, help="shrink lengths (CPU dry runs)")
     ap.add_argument("--tiny", default="", help="a local model folder (CPU dry runs)")
@@ -257,8 +258,8 @@ def main() -> None:
     doc: dict[str, Any] = {"env": environment(), "engine": args.engine, "model": args.model,
                            "tp": tp, "max_num_seqs": args.max_num_seqs,
                            "engine_start_s": start_s, "results": []}
-    # 512 (the default) keeps the name it always had; another max_num_seqs its own file
-    seqs = "" if args.max_num_seqs == 512 else f"-s{args.max_num_seqs}"
+    # the default keeps the name it always had; another max_num_seqs its own file
+    seqs = "" if args.max_num_seqs == MAX_NUM_SEQS else f"-s{args.max_num_seqs}"
     out = args.out / f"e2e-{tag}-{args.engine}{seqs}.json"
     # GraniKV: each workload once with the unified paged backend only, then with the
     # dispatcher (fresh suffixes, so the second run gets no prefix-cache help).

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from granikv_engine.bench.workloads import WORKLOADS
+from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS
 
 
 def load(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -24,19 +24,24 @@ def load(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]
 
 
 def _seqs(r: dict[str, Any]) -> int:
-    return int(r.get("max_num_seqs", 512))  # older JSON: e2e.py's 512, then hard-coded
+    return int(r.get("max_num_seqs", MAX_NUM_SEQS))  # older JSON: 512, then hard-coded
+
+
+def _settings(rs: list[dict[str, Any]]) -> dict[str, set[int]]:
+    """Each workload's max_num_seqs settings among the results."""
+    out: dict[str, set[int]] = {}
+    for r in rs:
+        out.setdefault(r["workload"], set()).add(_seqs(r))
+    return out
 
 
 def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, float]]]:
     """Per workload and engine one result: each engine at its best max_num_seqs, named in
     the workload cell where the workload ran at more than one. Of two runs at the same
     max_num_seqs the later counts (no best-of over repeats)."""
-    last: dict[tuple[str, str, int], dict[str, Any]] = {}
-    seqs: dict[str, set[int]] = {}
-    for run in runs:
-        for r in run["results"]:
-            last[r["workload"], r["engine"], _seqs(r)] = r
-            seqs.setdefault(r["workload"], set()).add(_seqs(r))
+    rs = [r for run in runs for r in run["results"]]
+    last = {(r["workload"], r["engine"], _seqs(r)): r for r in rs}
+    seqs = _settings(rs)
     by: dict[str, dict[str, dict[str, Any]]] = {}
     for (workload, engine, _), r in last.items():
         e = by.setdefault(workload, {})
@@ -98,8 +103,7 @@ def step_table(runs: list[dict[str, Any]]) -> str:
 def seqs_table(runs: list[dict[str, Any]]) -> str:
     """Every result of the workloads run at more than one max_num_seqs ("" if none)."""
     rs = [r for run in runs for r in run["results"]]
-    multi = {w for w in {r["workload"] for r in rs}
-             if len({_seqs(r) for r in rs if r["workload"] == w}) > 1}
+    multi = {w for w, s in _settings(rs).items() if len(s) > 1}
     lines = ["| workload | engine | max_num_seqs | tok/s | ITL p50 ms | engine steps |",
              "|" + "---|" * 6]
     for r in sorted((r for r in rs if r["workload"] in multi),

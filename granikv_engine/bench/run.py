@@ -139,13 +139,14 @@ def _command(phase: str, args: argparse.Namespace) -> list[str]:
         cmd[cmd.index("--workloads") + 1] = args.workloads
     if phase == "kernels":
         cmd[cmd.index("--budget-s") + 1] = args.kernel_budget
-    if args.profile and "granikv_engine.bench.e2e" in cmd:
+    e2e = "granikv_engine.bench.e2e" in cmd
+    if args.profile and e2e:
         cmd += ["--profile", str(args.out / "profile")]
         if args.profile_stack:
             cmd += ["--profile-stack"]
     if args.hot_slots and phase.startswith("granikv"):
         cmd += ["--hot-slots", args.hot_slots]
-    if args.max_num_seqs and "granikv_engine.bench.e2e" in cmd:
+    if args.max_num_seqs and e2e:
         cmd += ["--max-num-seqs", args.max_num_seqs]
     if "--attribution" in cmd:
         at = cmd.index("--attribution")

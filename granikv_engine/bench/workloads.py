@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 SUFFIX = 512
 OUTPUT = 256
+# vLLM's max_num_seqs for the end-to-end runs, unless e2e.py's --max-num-seqs says otherwise
+MAX_NUM_SEQS = 512
 
 
 @dataclass(frozen=True)
