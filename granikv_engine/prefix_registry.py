@@ -82,6 +82,9 @@ class PrefixRegistry:
         self.cold_registrations = 0
         self.compactions = 0
         self._moves: list[Move] = []  # K/V copies the engine still has to apply
+        # Bumped by every change of a record's state, range, pin or membership, so that a
+        # reader (the engine's seed table) rebuilds what it derives only when it changed.
+        self.version = 0
 
     # ---- registration -------------------------------------------------------------
     def register(self, team: str, tokens: Sequence[int], prefix_id: str | None = None,
@@ -95,10 +98,12 @@ class PrefixRegistry:
         pid = prefix_id or default_prefix_id(team, toks)
         old = self._records.get(pid)
         if old is not None:
+            self.version += 1
             return self._reregister(old, team, toks, pin)
         rec = PrefixRecord(pid, team, toks, content_hash(toks), PrefixState.COLD)
         self._records[pid] = rec
         self._place(rec, pin)
+        self.version += 1
         return rec
 
     def mark_ready(self, prefix_id: str) -> PrefixRecord | None:
@@ -109,6 +114,7 @@ class PrefixRegistry:
             return rec
         if not rec.doomed:
             rec.state = PrefixState.READY
+        self.version += 1
         self.release(prefix_id)  # the fill's own reference; reaps a doomed record
         return None if rec.doomed else rec
 
@@ -118,6 +124,7 @@ class PrefixRegistry:
         if rec is None or rec.state is not PrefixState.FILLING:
             return
         doomed = rec.doomed
+        self.version += 1
         self.release(prefix_id)  # the fill's own reference
         if not doomed:
             self._drop_hot(rec)
@@ -130,6 +137,7 @@ class PrefixRegistry:
         """Forget a prefix. Returns True when its HOT slots were released now; False when
         requests still read them (released on the last ``release``)."""
         rec = self.get(prefix_id, team)
+        self.version += 1
         if rec.hot is None:
             del self._records[prefix_id]
             return True
@@ -177,6 +185,7 @@ class PrefixRegistry:
         if rec.hot is not None and not rec.pinned:
             self.pool.pin(prefix_id)
         rec.pinned = True
+        self.version += 1
         return rec
 
     def unpin(self, prefix_id: str, team: str | None) -> PrefixRecord:
@@ -184,6 +193,7 @@ class PrefixRegistry:
         if rec.hot is not None and rec.pinned:
             self.pool.unpin(prefix_id)
         rec.pinned = False
+        self.version += 1
         return rec
 
     def acquire(self, prefix_id: str) -> SlotRange | None:
@@ -199,6 +209,7 @@ class PrefixRegistry:
         if rec is None or prefix_id not in self.pool:
             return
         if self.pool.release(prefix_id):
+            self.version += 1
             rec.hot = None
             if rec.doomed:
                 del self._records[prefix_id]
@@ -255,6 +266,7 @@ class PrefixRegistry:
 
     def _on_evicted(self, prefix_id: str) -> None:
         self.evictions += 1
+        self.version += 1
         rec = self._records.get(prefix_id)
         if rec is not None:
             rec.hot, rec.state = None, PrefixState.COLD
@@ -263,6 +275,7 @@ class PrefixRegistry:
         """Compact the pool (only unreferenced prefixes move) and update the moved
         records' ranges."""
         moves = self.pool.compact()
+        self.version += 1
         for rec in self._records.values():
             if rec.hot is not None and rec.prefix_id in self.pool:
                 rec.hot = self.pool.range_of(rec.prefix_id)

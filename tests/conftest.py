@@ -33,7 +33,7 @@ LOCAL_YAML = REPO / "deploy" / "local.yaml"
 APP = "gkvtest"
 TEAM_HEADER = "X-GraniKV-Team"
 SYNC_PERIOD_S = 0.5
-TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos")  # configured teams, each with a key
+TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos", "bench")  # configured teams, each with a key
 # Made per session, never stored in the repository.
 API_KEYS: dict[str, str] = {who: new_key() for who in (*TEAMS, OPERATOR)}
 ADMIN = {"Authorization": f"Bearer {API_KEYS[OPERATOR]}"}
@@ -82,7 +82,8 @@ def app_args(tmp: Path, **replicas: Any) -> dict[str, Any]:
                         "state_path": str(tmp / "registry.json")}
     args["teams"] = [*args["teams"], {"name": "green", "description": "a third team"},
                      {"name": "fuzz", "description": "schemathesis's (tests/reliability)"},
-                     {"name": "chaos", "description": "fault injection (tests/reliability)"}]
+                     {"name": "chaos", "description": "fault injection (tests/reliability)"},
+                     {"name": "bench", "description": "the online load generator's"}]
     write_keys_file(tmp / "api-keys", API_KEYS.items())
     args["auth"] = {"mode": "keys", "keys_file": str(tmp / "api-keys")}
     args["limits"] = LIMITS

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from granikv_engine.prefix_registry import PrefixError, PrefixRecord, PrefixState
+from granikv_engine.vllm_plugin.step_stats import StepStats
 
 
 def record_dict(rec: PrefixRecord) -> dict[str, Any]:
@@ -78,8 +79,6 @@ class Control:
     def op_reset_peaks(self, track: bool = False) -> dict[str, Any]:
         """Restart the step counters; ``track`` also checks every step that COLD slots
         in use equal the running requests' COLD tokens (costs O(running) a step)."""
-        from granikv_engine.vllm_plugin.scheduler import StepStats
-
         self.s.step_stats = StepStats(track)
         return {"ok": True}
 

@@ -10,10 +10,12 @@ extra keys (no LoRA, multimodal input, prompt embeddings or cache salt).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from granikv_engine.prefix_registry import PrefixError
+from granikv_engine.vllm_plugin.binding import decide, starts_with
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
 
 Hasher = Callable[[Any], list[Any]]
@@ -42,6 +44,19 @@ class SeedTable:
             by_team.setdefault(s.team, []).append(s)
         return cls({s.prefix_id: s for s in seeds},
                    {t: tuple(sorted(v, key=lambda s: -len(s.tokens))) for t, v in by_team.items()})
+
+    # ---- binding.PrefixIndex over READY prefixes with their hashes -------------------
+    def named(self, prefix_id: str, team: str) -> list[int]:
+        seed = self.by_id.get(prefix_id)
+        if seed is None or seed.team != team:
+            raise PrefixError(f"no seed for prefix {prefix_id!r} of team {team!r}")
+        return seed.tokens
+
+    def longest(self, team: str, prompt: Sequence[int]) -> str | None:
+        for s in self.by_team.get(team, ()):
+            if starts_with(prompt, s.tokens):
+                return s.prefix_id
+        return None
 
 
 EMPTY = SeedTable({}, {})
@@ -76,21 +91,12 @@ class SeededBlockHasher:
         if not prompt:
             return None
         sp = request.sampling_params
+        table = self.table
         try:
             args = GraniKVArgs.from_extra_args(sp.extra_args if sp is not None else None)
-        except ValueError:
+            binding = decide(args, prompt, table, self.default_team, self.prompt_match)
+        except (PrefixError, ValueError):  # the scheduler reports it
             return None
-        if args is not None and args.register:
+        if binding is None or binding.fill or binding.prefix_id is None:
             return None
-        table = self.table
-        if args is not None and args.prefix_id:
-            cands: tuple[Seed, ...] = tuple(s for s in [table.by_id.get(args.prefix_id)] if s)
-        elif self.prompt_match:
-            cands = table.by_team.get((args.team if args else None) or self.default_team, ())
-        else:
-            cands = ()
-        for s in cands:
-            n = len(s.tokens)
-            if n < len(prompt) and prompt[:n] == s.tokens:
-                return s
-        return None
+        return table.by_id.get(binding.prefix_id)

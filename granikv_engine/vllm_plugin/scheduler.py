@@ -8,6 +8,7 @@ when its prompt starts with one). Everything else about scheduling is stock vLLM
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from vllm.logger import init_logger
@@ -17,12 +18,14 @@ from vllm.v1.request import Request, RequestStatus
 
 from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import PrefixError, PrefixRegistry, PrefixState
+from granikv_engine.vllm_plugin.binding import Binding, decide
 from granikv_engine.vllm_plugin.control import Control
 from granikv_engine.vllm_plugin.enable import granikv_config
 from granikv_engine.vllm_plugin.engine_hooks import offer_scheduler
 from granikv_engine.vllm_plugin.hasher import Seed, SeededBlockHasher, SeedTable
 from granikv_engine.vllm_plugin.kv_manager import GraniKVCacheManager, Intent, reserve_arena
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
+from granikv_engine.vllm_plugin.step_stats import StepStats
 
 logger = init_logger(__name__)
 
@@ -49,6 +52,7 @@ class GraniKVSchedulerMixin:
         self.gk = GraniKVCacheManager.adopt(self.kv_cache_manager, self.registry, arena,
                                              cfg.fast_alloc)
         self.hasher: SeededBlockHasher | None = None
+        self._seeds_version = -1  # registry version the hasher's seed table reflects
         self._filling: dict[str, str] = {}  # request id -> prefix id it fills
         self.gk_events: dict[str, int] = {"registrations": 0, "fills_done": 0,
                                           "fills_aborted": 0, "bind_errors": 0,
@@ -105,32 +109,30 @@ class GraniKVSchedulerMixin:
     def _bind(self, request: Request) -> Intent | None:
         sp = request.sampling_params
         prompt = request.prompt_token_ids
+        if prompt is None:
+            return None
         try:
             args = GraniKVArgs.from_extra_args(sp.extra_args if sp is not None else None)
-            if prompt is None:
+            binding = decide(args, prompt, RegistryIndex(self.registry),
+                             self.gk_cfg.default_team, self.gk_cfg.prompt_match)
+            if binding is None:
                 return None
-            if args is not None and args.register:
-                return self._bind_fill(request, args, prompt)
-            team = (args.team if args else None) or self.gk_cfg.default_team
-            if args is not None and args.prefix_id:
-                rec = self.registry.get(args.prefix_id, team)
-                if not _starts_with(prompt, rec.tokens):
-                    raise PrefixError(f"prompt does not start with prefix {rec.prefix_id!r}")
-                # Not READY yet (filling, or COLD): bound now, served from HOT if it is
-                # READY when first scheduled, else by the stock path.
-                return Intent(rec.prefix_id, fill=False)
-            if self.gk_cfg.prompt_match:
-                match = self.registry.match(team, prompt)
-                return Intent(match.prefix_id, fill=False) if match else None
+            if binding.fill:
+                assert args is not None
+                return self._bind_fill(request, binding, args.pin, prompt)
+            # Not READY yet (filling, or COLD): bound now, served from HOT if it is READY
+            # when first scheduled, else by the stock path.
+            assert binding.prefix_id is not None
+            return Intent(binding.prefix_id, fill=False)
         except (PrefixError, ValueError) as e:
             self.gk_events["bind_errors"] += 1
             logger.warning("GraniKV: request %s served without HOT binding: %s",
                            request.request_id, e)
         return None
 
-    def _bind_fill(self, request: Request, args: GraniKVArgs, prompt: list[int]) -> Intent | None:
-        team = args.team or self.gk_cfg.default_team
-        rec = self.registry.register(team, prompt, args.prefix_id, pin=args.pin)
+    def _bind_fill(self, request: Request, binding: Binding, pin: bool,
+                   prompt: list[int]) -> Intent | None:
+        rec = self.registry.register(binding.team, prompt, binding.prefix_id, pin=pin)
         self.gk_events["registrations"] += 1
         self._publish_seeds()  # registering may have evicted others
         if rec.state is PrefixState.FILLING and rec.prefix_id not in self._filling.values():
@@ -167,46 +169,30 @@ class GraniKVSchedulerMixin:
         return self.hasher
 
     def _publish_seeds(self) -> None:
-        if self.hasher is None:
+        """Rebuild the hasher's seed table when the registry changed since the last
+        build (it copies every READY prefix's tokens and hashes)."""
+        if self.hasher is None or self._seeds_version == self.registry.version:
             return
+        self._seeds_version = self.registry.version
         seeds = [Seed(r.prefix_id, r.team, list(r.tokens), list(r.meta["block_hashes"]))  # type: ignore[call-overload]
                  for r in self.registry.list()
                  if r.state is PrefixState.READY and "block_hashes" in r.meta]
         self.hasher.publish(SeedTable.build(seeds))  # type: ignore[arg-type]
 
 
-class StepStats:
-    """Engine-core time per step and peak COLD usage, in the scheduler's own process."""
+class RegistryIndex:
+    """``binding.PrefixIndex`` over the live registry: a named prefix binds in any state
+    (filling, COLD); a matched one must be READY."""
 
-    def __init__(self, track: bool = False) -> None:
-        self.track = track  # also check slots == tokens every step (O(running))
-        self.steps = 0
-        self.schedule_s = 0.0
-        self.update_s = 0.0
-        self.peak_cold_used = 0
-        # slots in use minus tokens that need them, over steps: above 0 is waste (slots
-        # beyond the tokens); below 0 is sharing (prefix-cache hits on COLD blocks)
-        self.max_over = 0
-        self.max_shared = 0
+    def __init__(self, registry: PrefixRegistry) -> None:
+        self.registry = registry
 
-    def scheduled(self, dt: float, cold_used: int, over: int = 0) -> None:
-        self.steps += 1
-        self.schedule_s += dt
-        self.peak_cold_used = max(self.peak_cold_used, cold_used)
-        self.max_over = max(self.max_over, over)
-        self.max_shared = max(self.max_shared, -over)
+    def named(self, prefix_id: str, team: str) -> tuple[int, ...]:
+        return self.registry.get(prefix_id, team).tokens
 
-    def updated(self, dt: float) -> None:
-        self.update_s += dt
-
-    def snapshot(self) -> dict[str, float]:
-        return {"steps": self.steps, "schedule_s": self.schedule_s, "update_s": self.update_s,
-                "peak_cold_used": self.peak_cold_used, "max_over": self.max_over,
-                "max_shared": self.max_shared}
-
-
-def _starts_with(prompt: list[int], tokens: tuple[int, ...]) -> bool:
-    return len(prompt) > len(tokens) and tuple(prompt[: len(tokens)]) == tokens
+    def longest(self, team: str, prompt: Sequence[int]) -> str | None:
+        rec = self.registry.match(team, prompt)
+        return rec.prefix_id if rec is not None else None
 
 
 def _plain_hashing(request: Request) -> bool:

@@ -155,6 +155,11 @@ class ReplicaConfig(_Strict):
                                                "stopping replica drains its requests.")
     sync_period_s: float = Field(1.0, gt=0, description="How often a replica reconciles "
                                  "its prefixes with the registry and reports its stats.")
+    stream_batch_ms: float = Field(0.0, ge=0, le=1000, description="Stream batching: after "
+                                   "a stream's first event, wait this long to send the "
+                                   "events that arrived meanwhile as one item across the "
+                                   "Ray handle; 0 sends at once, merging only events "
+                                   "already waiting.")
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env "
                                         "of the replicas (env_vars such as "
                                         "VLLM_CPU_KVCACHE_SPACE).")

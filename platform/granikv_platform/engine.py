@@ -13,7 +13,8 @@ Answers cross the Ray boundary as plain items (``protocol.py``): ``{"json": body
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,6 +34,32 @@ from granikv_engine.vllm_plugin.client import acontrol, aregister
 from granikv_platform.engine_stats import ThroughputLogger
 from granikv_platform.protocol import Item, error_item, validation_message
 from granikv_platform.registry import PrefixSpec
+from granikv_platform.request_path import ControlPlaneCalls
+
+# A team chat's context goes through the chat template as this short system message;
+# the rendered tokens of that message are then replaced by the context's own tokens
+# (rendered once, when the context was set). See ``splice_context``.
+CONTEXT_PLACEHOLDER = "granikv team context"
+
+
+@dataclass
+class SpliceCounters:
+    """Team chats whose context was spliced as tokens, and those that needed the full
+    render because the template did not keep the system message apart."""
+
+    spliced: int = 0
+    rendered: int = 0
+
+
+@dataclass(frozen=True)
+class ContextSplice:
+    """The head to replace (the placeholder system message, rendered alone) and the
+    context's tokens that replace it."""
+
+    placeholder: tuple[int, ...]
+    tokens: Sequence[int]
+    text: str
+    counters: SpliceCounters
 
 
 class EngineHost:
@@ -44,6 +71,9 @@ class EngineHost:
         self.throughput = throughput
         self.max_model_len: int = llm.model_config.max_model_len
         self.vocab_size: int = llm.model_config.get_vocab_size()
+        self.calls = ControlPlaneCalls()  # replaced by the replica's, shared with its hub
+        self.splices = SpliceCounters()
+        self._placeholder: tuple[int, ...] | None = None
 
     @classmethod
     async def start(cls, engine_args: dict[str, Any], vllm_config: Any = None,
@@ -65,6 +95,7 @@ class EngineHost:
         args = argparse.Namespace(**(vars(FrontendArgs()) | vars(ea)))
         await init_app_state(llm, state, args,
                              supported_tasks=await llm.get_supported_tasks())
+        splice_context(state.openai_serving_chat)
         if max_prompt_tokens is not None and max_prompt_tokens < llm.model_config.max_model_len:
             cap_prompts(state.openai_serving_chat, "render_chat_request", max_prompt_tokens)
             cap_prompts(state.openai_serving_completion, "render_completion_request",
@@ -80,12 +111,15 @@ class EngineHost:
         await acontrol(self.llm, "list", team="")
 
     # ---- OpenAI -------------------------------------------------------------------
-    async def chat(self, body: dict[str, Any]) -> AsyncIterator[Item]:
+    async def chat(self, body: dict[str, Any],
+                   splice: ContextSplice | None = None) -> AsyncIterator[Item]:
         try:
             request = ChatCompletionRequest.model_validate(body)
         except ValidationError as e:
             yield error_item(422, validation_message(e))
             return
+        if splice is not None:  # team_chat: read by the renderer (splice_context)
+            request._granikv_splice = splice  # type: ignore[attr-defined]
         try:
             out = await self.state.openai_serving_chat.create_chat_completion(request, None)
         except Exception as e:  # vllm serve's exception handlers, as items
@@ -104,6 +138,20 @@ class EngineHost:
         except Exception as e:
             out = create_error_response(e)
         async for item in _items(out):
+            yield item
+
+    async def team_chat(self, body: dict[str, Any], context: PrefixSpec) -> AsyncIterator[Item]:
+        """A chat whose conversation starts with ``context`` as its system message,
+        without rendering or tokenizing the context's text: the chat template renders a
+        placeholder in its place, and the placeholder's tokens are replaced by the
+        context's (``context.token_ids``, rendered when it was set). A template that
+        does not render the system message apart from the rest is rendered in full."""
+        if self._placeholder is None:
+            self._placeholder = tuple(await self.render_system(CONTEXT_PLACEHOLDER))
+        messages = [{"role": "system", "content": CONTEXT_PLACEHOLDER}, *body["messages"]]
+        splice = ContextSplice(self._placeholder, context.token_ids, context.text or "",
+                               self.splices)
+        async for item in self.chat({**body, "messages": messages}, splice):
             yield item
 
     # ---- tokens -------------------------------------------------------------------
@@ -127,20 +175,24 @@ class EngineHost:
 
     # ---- prefixes -----------------------------------------------------------------
     async def list_prefixes(self) -> list[dict[str, Any]]:
-        return list((await acontrol(self.llm, "list"))["prefixes"])
+        return list((await self._control("list"))["prefixes"])
 
     async def get_prefix(self, prefix_id: str, team: str) -> dict[str, Any]:
-        return await acontrol(self.llm, "get", prefix_id=prefix_id, team=team)
+        return await self._control("get", prefix_id=prefix_id, team=team)
 
     async def register(self, spec: PrefixSpec) -> dict[str, Any]:
+        self.calls.count_engine()
         return await aregister(self.llm, spec.team, spec.token_ids, spec.prefix_id, spec.pin)
 
     async def unregister(self, prefix_id: str, team: str) -> dict[str, Any]:
-        return await acontrol(self.llm, "unregister", prefix_id=prefix_id, team=team)
+        return await self._control("unregister", prefix_id=prefix_id, team=team)
 
     async def set_pin(self, prefix_id: str, team: str, pin: bool) -> dict[str, Any]:
-        return await acontrol(self.llm, "pin" if pin else "unpin", prefix_id=prefix_id,
-                              team=team)
+        return await self._control("pin" if pin else "unpin", prefix_id=prefix_id, team=team)
+
+    async def _control(self, op: str, **args: Any) -> dict[str, Any]:
+        self.calls.count_engine()
+        return await acontrol(self.llm, op, **args)
 
     async def stats(self) -> dict[str, Any]:
         return {"granikv": await acontrol(self.llm, "stats"),
@@ -167,6 +219,33 @@ def cap_prompts(serving: Any, render: str, limit: int) -> None:
         return out
 
     setattr(serving, render, capped)
+
+
+def splice_context(serving: Any) -> None:
+    """Make ``serving.render_chat_request`` (vLLM's chat renderer: the engine inputs,
+    or an ErrorResponse) put a team chat's context tokens in place of the rendered
+    placeholder message (``EngineHost.team_chat``). When the rendered prompt does not
+    start with the placeholder's tokens (a template that mixes the system message with
+    what follows), it renders the request again with the context's text."""
+    inner = serving.render_chat_request
+
+    async def render(request: Any) -> Any:
+        splice: ContextSplice | None = getattr(request, "_granikv_splice", None)
+        out = await inner(request)
+        if splice is None or isinstance(out, ErrorResponse):
+            return out
+        n = len(splice.placeholder)
+        if all(tuple(inp.get("prompt_token_ids", ())[:n]) == splice.placeholder
+               for inp in out[1]):
+            for inp in out[1]:
+                inp["prompt_token_ids"] = [*splice.tokens, *inp["prompt_token_ids"][n:]]
+            splice.counters.spliced += 1
+            return out
+        splice.counters.rendered += 1
+        request.messages[0] = {"role": "system", "content": splice.text}
+        return await inner(request)
+
+    serving.render_chat_request = render
 
 
 def make_vllm_config(engine_args: dict[str, Any]) -> Any:

@@ -17,6 +17,7 @@ from ray.exceptions import RayTaskError
 
 from granikv_engine.prefix_registry import PrefixError
 from granikv_platform.registry import PrefixSpec, RegistryState
+from granikv_platform.request_path import ControlPlaneCalls
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=3)
@@ -60,22 +61,25 @@ class RegistryHub:
         return {r: s for r, s in self.reports.items() if now - s["reported_at"] <= max_age_s}
 
 
-def hub_client(name: str, namespace: str, state_path: str | None = None) -> HubClient:
+def hub_client(name: str, namespace: str, state_path: str | None = None,
+               calls: ControlPlaneCalls | None = None) -> HubClient:
     """The app's hub, created on first use (``get_if_exists`` makes racing creators
-    share one actor)."""
+    share one actor). ``calls`` counts the calls made on a request path."""
     return HubClient(RegistryHub.options(  # type: ignore[attr-defined]
         name=name, namespace=namespace, lifetime="detached", get_if_exists=True,
-    ).remote(state_path))
+    ).remote(state_path), calls or ControlPlaneCalls())
 
 
 class HubClient:
     """Async calls on the hub actor; a registry error (PrefixError) comes out as itself,
     not wrapped in Ray's RayTaskError."""
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, calls: ControlPlaneCalls) -> None:
         self.actor = actor
+        self.calls = calls
 
     async def _call(self, method: str, *args: Any) -> Any:
+        self.calls.count_hub()
         try:
             return await getattr(self.actor, method).remote(*args)
         except RayTaskError as e:

@@ -48,9 +48,10 @@ class Ingress:
         async with asyncio.timeout(self.cfg.ingress.request_timeout_s):
             return await getattr(self.llm, method).remote(*args)  # type: ignore[no-any-return]
 
-    async def openai(self, method: str, body: dict[str, Any]) -> Response:
-        """Run chat/completions on a replica: one JSON answer, or an SSE stream."""
-        gen = getattr(self._stream, method).remote(body)
+    async def openai(self, method: str, *args: Any) -> Response:
+        """Run a chat/completions method of a replica: one JSON answer, or an SSE
+        stream."""
+        gen = getattr(self._stream, method).remote(*args)
         try:
             async with asyncio.timeout(self.cfg.ingress.request_timeout_s):
                 first: Item = await gen.__anext__()

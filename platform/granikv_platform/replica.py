@@ -20,12 +20,16 @@ from ray import serve
 from granikv_engine.prefix_registry import PrefixError, default_prefix_id
 from granikv_platform.config import PlatformConfig
 from granikv_platform.engine import EngineHost
+from granikv_platform.errors import ApiError
 from granikv_platform.hub import hub_client
+from granikv_platform.identity import bind_body
 from granikv_platform.limits import LimitExceeded, generation_body
 from granikv_platform.placement import gpu_vllm_config
 from granikv_platform.protocol import Item, error_item, prefix_error_item
 from granikv_platform.registry import PrefixSpec
+from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
+from granikv_platform.stream_batch import batch_sse
 from granikv_platform.sync import PrefixSync
 
 logger = logging.getLogger("ray.serve")
@@ -35,13 +39,15 @@ class LLMReplica:
     async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]
         self.cfg = PlatformConfig.model_validate(config)
         self.replica_id = serve.get_replica_context().replica_id.unique_id
+        self.calls = ControlPlaneCalls()  # on the request path; shared by hub and engine
         self.hub = hub_client(self.cfg.registry_name, self.cfg.registry.namespace,
-                              self.cfg.registry.state_path)
+                              self.cfg.registry.state_path, calls=self.calls)
         args = self.cfg.engine_args()
         seed = self.cfg.engine.weight_seed if (
             self.cfg.engine.dummy_weights and self.cfg.engine.reinit_dummy_weights) else None
         self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed,
                                              self.cfg.limits.max_prompt_tokens)
+        self.engine.calls = self.calls
         self.sync = PrefixSync(self.engine, self.hub)
         self.inflight = 0
         await self._seed_team_contexts()
@@ -59,6 +65,29 @@ class LLMReplica:
         async for item in self._serve(body, self.engine.completions):
             yield item
 
+    async def team_chat(self, team: str, body: dict[str, Any]) -> AsyncIterator[Item]:
+        """A chat of ``team``'s agents: the team's context first, as its system message,
+        and the request bound to the context's HOT prefix. The context comes from the
+        local view and its tokens from its spec (rendered once, when it was set), so a
+        team chat costs no registry call and no tokenization of the context. Without a
+        context it is an ordinary chat scoped to the team."""
+        context = await on_request_path(self.sync.fetch_context(team))
+        try:
+            bound = bind_body(body, team, context.prefix_id if context else None)
+        except ApiError as e:
+            yield error_item(e.status, e.message)
+            return
+        if context is None:
+            async for item in self._serve(bound, self.engine.chat):
+                yield item
+            return
+
+        def run(request: dict[str, Any]) -> AsyncIterator[Item]:
+            return self.engine.team_chat(request, context)
+
+        async for item in self._serve(bound, run):
+            yield item
+
     async def _serve(self, body: dict[str, Any], run: Any) -> AsyncIterator[Item]:
         try:  # max_tokens and n, here: the agents' calls do not pass the ingress
             body = generation_body(body, self.cfg.limits)
@@ -68,13 +97,14 @@ class LLMReplica:
         xargs = body.get("vllm_xargs") or {}
         if "granikv_prefix_id" in xargs:
             try:  # this replica holds the prefix before the request is admitted
-                await self.sync.ensure(xargs["granikv_team"], xargs["granikv_prefix_id"])
+                await on_request_path(self.sync.ensure(xargs["granikv_team"],
+                                                       xargs["granikv_prefix_id"]))
             except PrefixError as e:
                 yield prefix_error_item(e)
                 return
         self.inflight += 1
         try:
-            async for item in run(body):
+            async for item in batch_sse(run(body), self.cfg.replicas.stream_batch_ms / 1e3):
                 yield item
         finally:
             self.inflight -= 1
@@ -98,7 +128,7 @@ class LLMReplica:
 
     async def get_prefix(self, team: str, prefix_id: str) -> Item:
         try:
-            spec = await self.sync.ensure(team, prefix_id)
+            spec = await self.sync.ensure(team, prefix_id, fresh=True)
             return {"json": await self._view(spec)}
         except PrefixError as e:
             return prefix_error_item(e)
@@ -133,6 +163,8 @@ class LLMReplica:
         return await self.get_team_context(team)
 
     async def get_team_context(self, team: str) -> Item:
+        """The registry's answer (a PUT through another replica shows at once); team
+        chats use the local view, which follows within ``sync_period_s``."""
         spec = await self.hub.context(team)
         if spec is None:
             return error_item(404, f"team {team!r} has no context; PUT /teams/{team}/context")
@@ -155,7 +187,14 @@ class LLMReplica:
         return {"replica": self.replica_id, "model": self.cfg.model.model_id,
                 "inflight": self.inflight, "pinned_prefixes": pinned,
                 "prefix_hits": per_prefix, "registry_version": self.sync.version,
-                "sync_changes": self.sync.applied, **await self.engine.stats()}
+                "sync_changes": self.sync.applied,
+                "request_path": {"hub_calls": self.calls.hub,
+                                 "engine_calls": self.calls.engine,
+                                 "fast_binds": self.sync.binds.fast,
+                                 "slow_binds": self.sync.binds.slow,
+                                 "context_spliced": self.engine.splices.spliced,
+                                 "context_rendered": self.engine.splices.rendered},
+                **await self.engine.stats()}
 
     async def __del__(self) -> None:
         self._loop.cancel()

@@ -1,14 +1,21 @@
-"""PrefixSync: keep one engine's prefixes equal to the registry's desired state.
+"""PrefixSync: keep one engine's prefixes equal to the registry's desired state, and a
+local view of both so that a bound request costs no control-plane call.
 
 - ``reconcile()`` runs every ``sync_period_s`` and at start-up: it registers what the
-  registry has and the engine lacks and unregisters what the registry dropped. This is
-  how a restarted replica re-pins its teams' prefixes, and how a registration made
-  through one replica reaches the others.
-- ``ensure(team, prefix_id)`` runs before every bound request: the registry is the
-  authority on ownership (404/403), and a prefix the engine lacks is registered before
-  the request is admitted. Whatever replica Serve picks therefore holds the prefix when
-  the request runs, so routing needs no team affinity.
-- ``add`` / ``remove`` / ``set_context`` change the registry and this engine together.
+  registry has and the engine lacks (evicted or never seen) and unregisters what the
+  registry dropped. This is how a restarted replica re-pins its teams' prefixes, and how
+  a registration made through one replica reaches the others. It refreshes the local
+  view: the registry's specs at its version, and the engine's prefix records.
+- ``ensure(team, prefix_id)`` runs before every bound request. A prefix that the local
+  view has, of that team, held by the engine as desired, returns at once: no registry
+  call, no engine call. Anything else (an unknown id, another team's, a prefix the
+  engine lacks) takes the slow path: the registry is the authority on ownership
+  (404/403), and a prefix the engine lacks is registered before the request is
+  admitted. Whatever replica Serve picks therefore holds the prefix when the request
+  runs, so routing needs no team affinity. A prefix deleted through another replica is
+  still served here until the next reconcile (at most ``sync_period_s`` later).
+- ``add`` / ``remove`` / ``set_context`` change the registry and this engine together,
+  and the local view with them.
 One lock makes each of these atomic on a replica, so a reconcile that fetched an older
 snapshot never undoes a newer registration made through the same replica.
 """
@@ -32,6 +39,7 @@ class Engine(Protocol):
 
 class Hub(Protocol):
     async def get(self, prefix_id: str, team: str) -> PrefixSpec: ...
+    async def context(self, team: str) -> PrefixSpec | None: ...
     async def put(self, spec: PrefixSpec) -> tuple[PrefixSpec, bool]: ...
     async def delete(self, prefix_id: str, team: str) -> PrefixSpec: ...
     async def set_context(self, spec: PrefixSpec) -> str | None: ...
@@ -66,6 +74,15 @@ def plan(desired: Iterable[PrefixSpec], engine_records: Iterable[dict[str, Any]]
     return SyncPlan(register, stale, pins)
 
 
+@dataclass
+class BindCounters:
+    """How bound requests were checked: ``fast`` from the local view, ``slow`` through
+    the registry and the engine."""
+
+    fast: int = 0
+    slow: int = 0
+
+
 class PrefixSync:
     def __init__(self, engine: Engine, hub: Hub) -> None:
         self.engine = engine
@@ -73,53 +90,100 @@ class PrefixSync:
         self.lock = asyncio.Lock()
         self.version = -1  # registry version this engine last matched
         self.applied = 0  # engine changes made (for stats)
+        self.binds = BindCounters()
+        # The local view. specs: the registry's, at ``version``, plus this replica's own
+        # changes since. records: the engine's prefix records, by id.
+        self.specs: dict[str, PrefixSpec] = {}
+        self.records: dict[str, dict[str, Any]] = {}
 
     async def reconcile(self, force: bool = False) -> SyncPlan:
         async with self.lock:
             version, specs = await self.hub.snapshot(-1 if force else self.version)
-            if specs is None:
-                return SyncPlan()
-            todo = plan(specs, await self.engine.list_prefixes())
+            if specs is not None:
+                self.specs = {s.prefix_id: s for s in specs}
+            self.records = {r["prefix_id"]: r for r in await self.engine.list_prefixes()}
+            todo = plan(self.specs.values(), self.records.values())
             await self._apply(todo)
             self.version = version
             return todo
 
-    async def ensure(self, team: str, prefix_id: str) -> PrefixSpec:
-        """Raises the registry's PrefixNotFound / PrefixAccessDenied."""
+    async def ensure(self, team: str, prefix_id: str, fresh: bool = False) -> PrefixSpec:
+        """Raises the registry's PrefixNotFound / PrefixAccessDenied. ``fresh`` asks the
+        registry even when the local view has the prefix (the prefix API's reads, which
+        must see a delete made through another replica at once)."""
+        spec = self.specs.get(prefix_id)
+        if not fresh and spec is not None and spec.team == team and self._held(spec):
+            self.binds.fast += 1
+            return spec
+        self.binds.slow += 1
         spec = await self.hub.get(prefix_id, team)
-        if not plan([spec], await self._records(prefix_id)).empty:
-            async with self.lock:  # re-plan under the lock: another task may have done it
-                await self._apply(plan([spec], await self._records(prefix_id)))
+        async with self.lock:  # plan under the lock: another task may have done it
+            self.specs[prefix_id] = spec
+            await self._apply(plan([spec], await self._records(prefix_id)))
         return spec
+
+    def context(self, team: str) -> PrefixSpec | None:
+        """The team's context in the local view (None: none known here)."""
+        for spec in self.specs.values():
+            if spec.kind == "context" and spec.team == team:
+                return spec
+        return None
+
+    async def fetch_context(self, team: str) -> PrefixSpec | None:
+        """The team's context: the local view's, else the registry's (a miss)."""
+        spec = self.context(team)
+        if spec is None:
+            spec = await self.hub.context(team)
+            if spec is not None:
+                self.specs.setdefault(spec.prefix_id, spec)
+        return spec
+
+    def _held(self, spec: PrefixSpec) -> bool:
+        rec = self.records.get(spec.prefix_id)
+        return rec is not None and plan([spec], [rec]).empty
 
     async def add(self, spec: PrefixSpec) -> bool:
         """Registry first (it decides conflicts), then this engine. Returns created."""
         async with self.lock:
             spec, created = await self.hub.put(spec)
+            self.specs[spec.prefix_id] = spec
             await self._apply(plan([spec], await self._records(spec.prefix_id)))
             return created
 
     async def remove(self, prefix_id: str, team: str) -> PrefixSpec:
         async with self.lock:
             spec = await self.hub.delete(prefix_id, team)
+            self.specs.pop(prefix_id, None)
             await self._apply(plan([], await self._records(prefix_id)))
             return spec
 
     async def set_context(self, spec: PrefixSpec) -> None:
         async with self.lock:
             old = await self.hub.set_context(spec)
+            if old is not None:
+                self.specs.pop(old, None)
+            self.specs[spec.prefix_id] = spec
             ids = {spec.prefix_id, old} if old else {spec.prefix_id}
             records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids]
             await self._apply(plan([spec], records))
 
     async def _records(self, prefix_id: str) -> list[dict[str, Any]]:
-        return [r for r in await self.engine.list_prefixes() if r["prefix_id"] == prefix_id]
+        records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] == prefix_id]
+        self.records.pop(prefix_id, None)
+        self.records.update((r["prefix_id"], r) for r in records)
+        return records
 
     async def _apply(self, todo: SyncPlan) -> None:
+        """Make the engine changes of ``todo``; the local records follow each answer."""
         for pid, team in todo.unregister:
+            self.records.pop(pid, None)
             await self.engine.unregister(pid, team)
         for spec in todo.register:
-            await self.engine.register(spec)
+            self._remember(await self.engine.register(spec))
         for spec in todo.pins:
-            await self.engine.set_pin(spec.prefix_id, spec.team, spec.pin)
+            self._remember(await self.engine.set_pin(spec.prefix_id, spec.team, spec.pin))
         self.applied += len(todo.register) + len(todo.unregister) + len(todo.pins)
+
+    def _remember(self, record: dict[str, Any]) -> None:
+        if isinstance(record, dict) and "prefix_id" in record:
+            self.records[record["prefix_id"]] = record

@@ -20,7 +20,6 @@ from vllm.entrypoints.openai.engine.protocol import ModelList
 from granikv_platform.config import PlatformConfig, TeamConfig
 from granikv_platform.deps import Ing, RawBody
 from granikv_platform.errors import error_response
-from granikv_platform.identity import bind_body
 from granikv_platform.routes.openai import model_list
 from granikv_platform.schemas import TeamContext, TeamContextIn
 
@@ -42,12 +41,8 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
 
     @r.post("/v1/chat/completions")
     async def chat(_: ChatCompletionRequest, body: RawBody, ing: Ing) -> Response:
-        ctx = await ing.hub.context(team.name)
-        if ctx is None:  # no shared context yet: an ordinary chat, scoped to the team
-            return await ing.openai("chat", bind_body(body, team.name))  # type: ignore[no-any-return]
-        messages = [{"role": "system", "content": ctx.text}, *body["messages"]]
-        bound = bind_body({**body, "messages": messages}, team.name, ctx.prefix_id)
-        return await ing.openai("chat", bound)  # type: ignore[no-any-return]
+        # The replica prepends the context and binds the request (LLMReplica.team_chat).
+        return await ing.openai("team_chat", team.name, body)  # type: ignore[no-any-return]
 
     return r
 

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The online benchmark on one GPU: start one server, run the load generator against it
+# (bench/online.py), stop the server. Run each side in turn on the same GPU:
+#   bash granikv_engine/bench/online_gpu.sh stock    OUT [WORKLOADS]   # vllm serve (its module)
+#   bash granikv_engine/bench/online_gpu.sh granikv  OUT [WORKLOADS]   # vllm serve + GraniKV
+#   bash granikv_engine/bench/online_gpu.sh platform OUT [WORKLOADS]   # serve run (the app)
+# then: python -m granikv_engine.bench.online_report --runs OUT --out docs/benchmarks ...
+# WORKLOADS defaults to "W1-online W3-online". The platform side also times one agent team
+# run of 32 reviewers (bench/online_team.py).
+# Prerequisites: vLLM 0.26.0 for CUDA with FlashInfer 0.6.14, Ray Serve 2.60, LangGraph,
+# and this project installed (`pip install -e .`: vLLM finds the GraniKV plugin through
+# its entry point in every process). The model is Llama-3.1-8B's shape with dummy weights
+# and this repository's tiny tokenizer (no download). Environment: PYTHON (python3),
+# SERVE (the `serve` command), MODEL_DIR, PORT (8100), STREAM_BATCH_MS (0),
+# INGRESS_REPLICAS (2), START_TIMEOUT (600 s), PROCS (client processes, 4), RATE (every
+# workload in open loop, requests/s), OPEN_RATE (also W1-online in open loop at this rate). A dry run elsewhere (a CPU machine, the tiny model) overrides
+# MODEL_JSON, ENGINE_ARGS (the engine arguments of both vllm serve sides), PLATFORM_CONFIG
+# and SCALE (shrinks the workloads).
+set -uo pipefail
+side=$1
+out=$2
+workloads=${3:-W1-online W3-online}
+PY=${PYTHON:-python3}
+SERVE=${SERVE:-serve}
+MODEL_DIR=${MODEL_DIR:-/tmp/granikv-llama-8b-dummy}
+PORT=${PORT:-8100}
+URL=http://127.0.0.1:$PORT
+mkdir -p "$out" "$MODEL_DIR"
+cp "${MODEL_JSON:-granikv_engine/bench/models/llama-3.1-8b.json}" "$MODEL_DIR/config.json"
+cp deploy/models/tiny-llama/tokenizer.json deploy/models/tiny-llama/tokenizer_config.json \
+   deploy/models/tiny-llama/special_tokens_map.json "$MODEL_DIR/"
+
+DEFAULT_VLLM_ARGS="--load-format dummy --dtype bfloat16 --max-model-len 17408
+  --enable-prefix-caching --gpu-memory-utilization 0.9 --max-num-seqs 256 --async-scheduling
+  --kernel-config {\"enable_flashinfer_autotune\":false}"
+read -r -a VLLM_ARGS <<<"$(echo ${ENGINE_ARGS:-$DEFAULT_VLLM_ARGS})"
+VLLM_ARGS+=(--served-model-name llama-8b --host 127.0.0.1 --port "$PORT"
+  --disable-uvicorn-access-log)
+KEYS=""
+case $side in
+stock)
+  setsid "$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" "${VLLM_ARGS[@]}" \
+    >"$out/server-stock.log" 2>&1 &
+  ;;
+granikv)
+  setsid "$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" "${VLLM_ARGS[@]}" \
+    --additional-config '{"granikv": {"enabled": true, "hot_slots": 100000}}' \
+    >"$out/server-granikv.log" 2>&1 &
+  ;;
+platform)
+  KEYS=$out/api-keys
+  "$PY" -m granikv_platform.cli keys "$KEYS" team0 team1 team2 team3 team4 team5 team6 \
+    team7 >/dev/null
+  sed -e "s#MODEL_DIR#$MODEL_DIR#" -e "s#KEYS_FILE#$KEYS#" \
+      -e "s#STREAM_BATCH_MS#${STREAM_BATCH_MS:-0}#" \
+      -e "s#INGRESS_REPLICAS#${INGRESS_REPLICAS:-2}#" -e "s#port: 8100#port: $PORT#" \
+      "${PLATFORM_CONFIG:-granikv_engine/bench/online_configs/platform-gpu.yaml}" \
+      >"$out/platform.yaml"
+  RAY_USAGE_STATS_ENABLED=0 setsid "$SERVE" run "$out/platform.yaml" \
+    >"$out/server-platform.log" 2>&1 &
+  ;;
+*) echo "side: stock, granikv or platform" >&2; exit 2 ;;
+esac
+pid=$!
+stop() { kill -TERM -- -"$pid" 2>/dev/null; sleep 5; kill -KILL -- -"$pid" 2>/dev/null; }
+trap stop EXIT
+key() { [ -n "$KEYS" ] && sed -n "s/^$1: //p" "$KEYS"; }
+answers() {  # PATH [KEY]: the server answers 200 there
+  "$PY" -c 'import sys, urllib.request as u
+r = u.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+try:
+    sys.exit(0 if u.urlopen(r, timeout=5).status == 200 else 1)
+except Exception:
+    sys.exit(1)' "$URL$1" "${2:-}"
+}
+replica_up() {  # the platform: a replica has reported (its ingress answers before that)
+  "$PY" -c 'import json, sys, urllib.request as u
+r = u.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+try:
+    sys.exit(0 if json.load(u.urlopen(r, timeout=5)).get("replicas") else 1)
+except Exception:
+    sys.exit(1)' "$URL/v1/granikv/stats" "$(key @admin)"
+}
+up() { if [ "$side" = platform ]; then replica_up; else answers /v1/models; fi; }
+t0=$(date +%s)
+until up; do
+  if ! kill -0 "$pid" 2>/dev/null || [ $(( $(date +%s) - t0 )) -gt "${START_TIMEOUT:-600}" ]; then
+    echo "== $side server did not come up"; tail -40 "$out"/server-"$side".log; exit 1
+  fi
+  sleep 2
+done
+echo "== $side server up in $(( $(date +%s) - t0 )) s"
+args=(--base-url "$URL" --side "$side" --tokenizer "$MODEL_DIR" --model llama-8b --out "$out"
+      ${KEYS:+--api-keys-file "$KEYS"} --procs "${PROCS:-4}" --scale "${SCALE:-1}")
+for w in $workloads; do
+  "$PY" -m granikv_engine.bench.online "${args[@]}" --workload "$w" ${RATE:+--rate "$RATE"}
+done
+if [ -n "${OPEN_RATE:-}" ]; then  # and W1-online in open loop, Poisson arrivals
+  "$PY" -m granikv_engine.bench.online "${args[@]}" --workload W1-online --rate "$OPEN_RATE"
+fi
+if [ "$side" = platform ] && [ -z "${NO_TEAM_RUN:-}" ]; then
+  "$PY" -m granikv_engine.bench.online_team --base-url "$URL" --api-keys-file "$KEYS" \
+    --tokenizer "$MODEL_DIR" --agents 32 --out "$out" \
+    --context-tokens "$(python3 -c "print(max(64, int(12288 * ${SCALE:-1})))")"
+  "$PY" -c 'import sys, urllib.request as u
+r = u.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+sys.stdout.write(u.urlopen(r, timeout=30).read().decode())' "$URL/v1/granikv/stats" \
+    "$(key @admin)" >"$out/platform-stats.json"
+fi

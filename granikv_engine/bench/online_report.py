@@ -1,0 +1,134 @@
+"""Tables of the online benchmark: stock vLLM, GraniKV inside vLLM, and the platform,
+side by side per workload and load mode.
+
+    python -m granikv_engine.bench.online_report --runs DIR [DIR...] --out docs/benchmarks \\
+        --name 2026-12-01-online --gpu "NVIDIA H200" --commit SHA
+
+Reads every ``online-*.json`` that ``bench.online`` wrote under the run folders and
+writes ``NAME.json`` (the summary rows), ``NAME.md`` (the table and the commands) and
+``NAME.png`` (output tokens/s and TTFT p50 per side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+SIDES = ("stock", "granikv", "platform")
+
+
+def load(dirs: list[Path]) -> list[dict[str, Any]]:
+    runs = []
+    for d in dirs:
+        for path in sorted(d.rglob("online-*.json")):
+            run = json.loads(path.read_text())
+            run["path"] = str(path)
+            runs.append(run)
+    return runs
+
+
+def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (workload, mode, rate): each side's tok/s, TTFT and ITL medians."""
+    by_key: dict[tuple[str, str, Any], dict[str, dict[str, Any]]] = {}
+    for run in runs:
+        by_key.setdefault((run["workload"], run["mode"], run.get("rate")), {})[run["side"]] = run
+    out = []
+    for (workload, mode, rate), sides in sorted(by_key.items(), key=lambda kv: str(kv[0])):
+        def get(side: str, *path: str, sides: dict[str, Any] = sides) -> Any:
+            node: Any = sides.get(side, {}).get("summary")
+            for p in path:
+                node = node.get(p) if isinstance(node, dict) else None
+            return node
+
+        row: dict[str, Any] = {"workload": workload, "mode": mode, "rate": rate}
+        for side in SIDES:
+            row[f"{side}_tok_s"] = get(side, "output_tok_s")
+        row["ttft_p50_s"] = {s: get(s, "ttft_s", "p50") for s in SIDES}
+        row["ttft_p90_s"] = {s: get(s, "ttft_s", "p90") for s in SIDES}
+        row["itl_p50_s"] = {s: get(s, "itl_s", "p50") for s in SIDES}
+        row["tpot_p50_s"] = {s: get(s, "tpot_s", "p50") for s in SIDES}
+        row["errors"] = {s: get(s, "errors") for s in SIDES}
+        row["requests"] = {s: sides[s]["requests"] for s in sides}
+        stock, gk, plat = (row[f"{s}_tok_s"] for s in SIDES)
+        row["platform_vs_stock"] = plat / stock if plat and stock else None
+        row["platform_vs_granikv"] = plat / gk if plat and gk else None
+        row["granikv_vs_stock"] = gk / stock if gk and stock else None
+        out.append(row)
+    return out
+
+
+def _f(x: Any, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    lines = [f"# Online: stock vLLM, GraniKV in vLLM, the platform ({summary['date']})", "",
+             f"GPU: {summary['gpu']}; commit `{summary['commit']}`. Output tokens/s over the "
+             "whole run (first request sent to last token); TTFT and inter-chunk latency "
+             "medians as the client saw them.", "",
+             "| workload | load | stock tok/s | GraniKV tok/s | platform tok/s | platform / "
+             "stock | platform / GraniKV | TTFT p50 stock / GraniKV / platform (s) | ITL p50 "
+             "(ms) | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["rows"]:
+        load_ = "closed" if r["mode"] == "closed" else f"Poisson {r['rate']:g}/s"
+        ttft = " / ".join(_f(r["ttft_p50_s"][s], ".2f") for s in SIDES)
+        itl = " / ".join(_f(None if r["itl_p50_s"][s] is None else 1e3 * r["itl_p50_s"][s],
+                            ".1f") for s in SIDES)
+        errs = " / ".join(_f(r["errors"][s], "d") for s in SIDES)
+        lines.append(f"| {r['workload']} | {load_} | {_f(r['stock_tok_s'], ',.0f')} | "
+                     f"{_f(r['granikv_tok_s'], ',.0f')} | {_f(r['platform_tok_s'], ',.0f')} | "
+                     f"{_f(r['platform_vs_stock'], '.2f')}x | "
+                     f"{_f(r['platform_vs_granikv'], '.2f')}x | {ttft} | {itl} | {errs} |")
+    lines += ["", "Commands:", ""]
+    lines += [f"- `{run.get('command', '?')}`" for run in runs]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rs = summary["rows"]
+    labels = [f"{r['workload']}\n{r['mode']}" for r in rs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.27
+    for k, side in enumerate(SIDES):
+        xs = [i + (k - 1) * width for i in range(len(rs))]
+        a.bar(xs, [r[f"{side}_tok_s"] or 0 for r in rs], width, label=side)
+        b.bar(xs, [r["ttft_p50_s"][side] or 0 for r in rs], width, label=side)
+    for ax, title in ((a, "output tokens/s"), (b, "TTFT p50 (s)")):
+        ax.set_xticks(range(len(rs)), labels)
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle(f"Online, {summary['gpu']}, {summary['date']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=Path, nargs="+", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--name", default="online-summary")
+    p.add_argument("--gpu", default="")
+    p.add_argument("--commit", default="")
+    p.add_argument("--date", default="")
+    a = p.parse_args(argv)
+    runs = load(a.runs)
+    if not runs:
+        raise SystemExit(f"no online-*.json under {a.runs}")
+    summary = {"gpu": a.gpu, "commit": a.commit, "date": a.date, "rows": rows(runs),
+               "commands": [r.get("command") for r in runs]}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"{a.name}.json").write_text(json.dumps(summary, indent=1))
+    (a.out / f"{a.name}.md").write_text(table(summary, runs))
+    plot(summary, a.out / f"{a.name}.png")
+    print((a.out / f"{a.name}.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

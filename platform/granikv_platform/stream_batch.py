@@ -1,0 +1,65 @@
+"""Stream batching: SSE chunks that are ready together cross the Ray handle as one item.
+
+vLLM's OpenAI server yields one SSE event per engine step and request. At a few hundred
+concurrent streams, one Ray handle item per event costs the replica and the ingress more
+than the event itself. ``batch_sse`` reads the engine's stream in a task of its own and
+yields everything that arrived since the last item as one ``{"sse": ...}`` item (SSE
+events concatenate). The first event goes out at once (time to first token); after
+that, ``interval_s`` > 0 waits that long to collect more, as Ray Serve LLM's stream
+batching interval does; 0 only merges what is already waiting, so a consumer that keeps
+up sees every event as it comes. Non-SSE items (a JSON answer, an error) pass alone.
+Closing the batched stream cancels the reader, which aborts the engine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+Item = dict[str, Any]
+_END = object()
+
+
+async def batch_sse(items: AsyncIterator[Item], interval_s: float = 0.0) -> AsyncIterator[Item]:
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def read() -> None:
+        try:
+            async for item in items:
+                queue.put_nowait(item)
+        except BaseException as e:  # handed to the consumer, raised there
+            queue.put_nowait(e)
+            return
+        queue.put_nowait(_END)
+
+    reader = asyncio.create_task(read())
+    first_sent = False
+    try:
+        pending: Any = None
+        while True:
+            head = pending if pending is not None else await queue.get()
+            pending = None
+            if head is _END:
+                return
+            if isinstance(head, BaseException):
+                raise head
+            if "sse" not in head:
+                yield head
+                continue
+            if first_sent and interval_s > 0:
+                await asyncio.sleep(interval_s)
+            parts = [head["sse"]]
+            while not queue.empty():
+                nxt = queue.get_nowait()
+                if nxt is _END or isinstance(nxt, BaseException) or "sse" not in nxt:
+                    pending = nxt
+                    break
+                parts.append(nxt["sse"])
+            first_sent = True
+            yield {"sse": "".join(parts)}
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader
