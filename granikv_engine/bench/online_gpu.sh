@@ -10,7 +10,9 @@
 # Prerequisites: vLLM 0.26.0 for CUDA with FlashInfer 0.6.14, Ray Serve 2.60, LangGraph,
 # and this project installed (`pip install -e .`: vLLM finds the GraniKV plugin through
 # its entry point in every process). The model is Llama-3.1-8B's shape with dummy weights
-# and this repository's tiny tokenizer (no download). Environment: PYTHON (python3),
+# and this repository's tiny tokenizer (no download). Every side renders and tokenizes
+# with 8 threads (vLLM's renderer_num_workers; its default, 1, serializes the tokenizing
+# of every request's 16K-token context in the vllm serve sides). Environment: PYTHON (python3),
 # SERVE (the `serve` command), MODEL_DIR, PORT (8100), STREAM_BATCH_MS (0),
 # INGRESS_REPLICAS (2), START_TIMEOUT (600 s), PROCS (client processes, 4), RATE (every
 # workload in open loop, requests/s), OPEN_RATE (also W1-online in open loop at this rate). A dry run elsewhere (a CPU machine, the tiny model) overrides
@@ -32,7 +34,7 @@ cp deploy/models/tiny-llama/tokenizer.json deploy/models/tiny-llama/tokenizer_co
 
 DEFAULT_VLLM_ARGS="--load-format dummy --dtype bfloat16 --max-model-len 17408
   --enable-prefix-caching --gpu-memory-utilization 0.9 --max-num-seqs 256 --async-scheduling
-  --kernel-config {\"enable_flashinfer_autotune\":false}"
+  --kernel-config {\"enable_flashinfer_autotune\":false} --renderer-num-workers 8"
 read -r -a VLLM_ARGS <<<"$(echo ${ENGINE_ARGS:-$DEFAULT_VLLM_ARGS})"
 VLLM_ARGS+=(--served-model-name llama-8b --host 127.0.0.1 --port "$PORT"
   --disable-uvicorn-access-log)
