@@ -136,6 +136,12 @@ class Target:
     side: str
     model: str
     api_keys: dict[str, str]  # team -> key (platform); "" -> a key for every call
+    # Generate only token ids below this (vLLM's allowed_token_ids): a dummy-weight model
+    # whose vocabulary is larger than its tokenizer's otherwise emits ids the tokenizer
+    # cannot decode, and vLLM's incremental detokenizer then re-decodes the whole prompt
+    # for every such token (about 2 ms a token at a 16K-token prompt), which makes the
+    # server, not the engine, the bottleneck. None: any id.
+    decodable_vocab: int | None = None
 
     def headers(self, team: str) -> dict[str, str]:
         key = self.api_keys.get(team) or self.api_keys.get("")
@@ -149,6 +155,8 @@ class Target:
             "model": self.model, "max_tokens": turn.gen_tokens, "min_tokens": turn.gen_tokens,
             "ignore_eos": True, "temperature": 0.0, "stream": True,
             "stream_options": {"include_usage": True}, "return_token_ids": True}
+        if self.decodable_vocab:
+            body["allowed_token_ids"] = list(range(self.decodable_vocab))
         user = {"role": "user", "content": turn.own}
         if self.side == "platform":
             body["messages"] = [user]
@@ -329,6 +337,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="shrink every count")
     p.add_argument("--teams", default="", help="comma-separated team names (default "
                    "team0, team1, ...)")
+    p.add_argument("--decodable-vocab", type=int, default=0,
+                   help="generate only ids below this (the tokenizer's vocabulary size) "
+                   "when the model's vocabulary is larger; 0: any id")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--label", default="")
     a = p.parse_args(argv)
@@ -338,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
             if ":" in line and not line.lstrip().startswith("#"):
                 who, key = (x.strip() for x in line.split(":", 1))
                 keys[who] = key
-    target = Target(a.base_url.rstrip("/"), a.side, a.model, keys)
+    target = Target(a.base_url.rstrip("/"), a.side, a.model, keys, a.decodable_vocab or None)
     words = word_pool(a.tokenizer / "tokenizer.json")
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.workload:

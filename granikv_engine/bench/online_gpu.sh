@@ -15,9 +15,13 @@
 # of every request's 16K-token context in the vllm serve sides). Environment: PYTHON (python3),
 # SERVE (the `serve` command), MODEL_DIR, PORT (8100), STREAM_BATCH_MS (0),
 # INGRESS_REPLICAS (2), START_TIMEOUT (600 s), PROCS (client processes, 4), RATE (every
-# workload in open loop, requests/s), OPEN_RATE (also W1-online in open loop at this rate). A dry run elsewhere (a CPU machine, the tiny model) overrides
-# MODEL_JSON, ENGINE_ARGS (the engine arguments of both vllm serve sides), PLATFORM_CONFIG
-# and SCALE (shrinks the workloads).
+# workload in open loop, requests/s), OPEN_RATE (also W1-online in open loop at this
+# rate), DECODABLE_VOCAB (generated ids stay below it: the tiny tokenizer's 1024, see
+# bench/online.py), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
+# cache size instead of one profiled: for servers that share a GPU), HOT_SLOTS (100000),
+# GO_FILE (wait for this file before measuring: online_together.sh sets it). A dry run
+# elsewhere (a CPU machine, the tiny model) overrides MODEL_JSON, ENGINE_ARGS (the engine
+# arguments of both vllm serve sides), PLATFORM_CONFIG and SCALE (shrinks the workloads).
 set -uo pipefail
 side=$1
 out=$2
@@ -33,8 +37,10 @@ cp deploy/models/tiny-llama/tokenizer.json deploy/models/tiny-llama/tokenizer_co
    deploy/models/tiny-llama/special_tokens_map.json "$MODEL_DIR/"
 
 DEFAULT_VLLM_ARGS="--load-format dummy --dtype bfloat16 --max-model-len 17408
-  --enable-prefix-caching --gpu-memory-utilization 0.9 --max-num-seqs 256 --async-scheduling
+  --enable-prefix-caching --gpu-memory-utilization ${GPU_MEM:-0.9} --max-num-seqs 256 --async-scheduling
   --kernel-config {\"enable_flashinfer_autotune\":false} --renderer-num-workers 8"
+KV_BYTES=$(python3 -c "print(int(float('${KV_GIB:-0}') * 2**30))")
+[ "$KV_BYTES" != 0 ] && DEFAULT_VLLM_ARGS="$DEFAULT_VLLM_ARGS --kv-cache-memory-bytes $KV_BYTES"
 read -r -a VLLM_ARGS <<<"$(echo ${ENGINE_ARGS:-$DEFAULT_VLLM_ARGS})"
 VLLM_ARGS+=(--served-model-name llama-8b --host 127.0.0.1 --port "$PORT"
   --disable-uvicorn-access-log)
@@ -46,7 +52,7 @@ stock)
   ;;
 granikv)
   setsid "$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" "${VLLM_ARGS[@]}" \
-    --additional-config '{"granikv": {"enabled": true, "hot_slots": 100000}}' \
+    --additional-config "{\"granikv\": {\"enabled\": true, \"hot_slots\": ${HOT_SLOTS:-100000}}}" \
     >"$out/server-granikv.log" 2>&1 &
   ;;
 platform)
@@ -56,6 +62,10 @@ platform)
   sed -e "s#MODEL_DIR#$MODEL_DIR#" -e "s#KEYS_FILE#$KEYS#" \
       -e "s#STREAM_BATCH_MS#${STREAM_BATCH_MS:-0}#" \
       -e "s#INGRESS_REPLICAS#${INGRESS_REPLICAS:-2}#" -e "s#port: 8100#port: $PORT#" \
+      -e "s#gpu_memory_utilization: 0.9#gpu_memory_utilization: ${GPU_MEM:-0.9}#" \
+      -e "s#hot_slots: 100000#hot_slots: ${HOT_SLOTS:-100000}#" \
+      -e "s#renderer_num_workers: 8#renderer_num_workers: 8$( [ "$KV_BYTES" != 0 ] &&
+          echo "\n          kv_cache_memory_bytes: $KV_BYTES")#" \
       "${PLATFORM_CONFIG:-granikv_engine/bench/online_configs/platform-gpu.yaml}" \
       >"$out/platform.yaml"
   RAY_USAGE_STATS_ENABLED=0 setsid "$SERVE" run "$out/platform.yaml" \
@@ -64,7 +74,10 @@ platform)
 *) echo "side: stock, granikv or platform" >&2; exit 2 ;;
 esac
 pid=$!
-stop() { kill -TERM -- -"$pid" 2>/dev/null; sleep 5; kill -KILL -- -"$pid" 2>/dev/null; }
+stop() {
+  kill -TERM -- -"$pid" 2>/dev/null; sleep 5; kill -KILL -- -"$pid" 2>/dev/null
+  touch "$out/done"
+}
 trap stop EXIT
 key() { [ -n "$KEYS" ] && sed -n "s/^$1: //p" "$KEYS"; }
 answers() {  # PATH [KEY]: the server answers 200 there
@@ -93,7 +106,12 @@ until up; do
 done
 echo "== $side server up in $(( $(date +%s) - t0 )) s"
 args=(--base-url "$URL" --side "$side" --tokenizer "$MODEL_DIR" --model llama-8b --out "$out"
-      ${KEYS:+--api-keys-file "$KEYS"} --procs "${PROCS:-4}" --scale "${SCALE:-1}")
+      ${KEYS:+--api-keys-file "$KEYS"} --procs "${PROCS:-4}" --scale "${SCALE:-1}"
+      --decodable-vocab "${DECODABLE_VOCAB:-1024}")
+if [ -n "${GO_FILE:-}" ]; then  # started together with other sides: measure when told
+  touch "$out/up"
+  until [ -e "$GO_FILE" ]; do sleep 1; done
+fi
 for w in $workloads; do
   "$PY" -m granikv_engine.bench.online "${args[@]}" --workload "$w" ${RATE:+--rate "$RATE"}
 done
