@@ -109,8 +109,7 @@ def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
         histories = next_histories(reqs, [o.outputs[0].token_ids for o in outs])
     after = control(llm, "stats")
     if gk:  # leave the HOT arena as found: the next workload pins its own contexts
-        for t in range(len(w.prefix_lens)):
-            control(llm, "unregister", prefix_id=f"{pid}-t{t}", team=f"{pid}-t{t}")
+        _release_contexts(llm, pid, len(w.prefix_lens))
     res = {"engine": engine, "workload": w.name, "agents": w.agents, "prefix_lens":
            contexts, "context_cut": context, "warm_s": warm_s, **_total(turns),
            "scheduler": after.get("scheduler"), "stats_after": after}
@@ -133,6 +132,18 @@ def _load_contexts(llm: Any, gk: bool, pid: str, contexts: list[list[int]]) -> N
             register(llm, f"{pid}-t{t}", p, prefix_id=f"{pid}-t{t}")
         else:
             llm.generate([TokensPrompt(prompt_token_ids=p)], _params(1, None), use_tqdm=False)
+
+
+def _release_contexts(llm: Any, pid: str, teams: int, limit_s: float = 30.0) -> None:
+    """Unregister the contexts and wait until their HOT slots are free (a slot still
+    referenced is freed when its last request lets go)."""
+    from granikv_engine.vllm_plugin.client import control
+
+    for t in range(teams):
+        control(llm, "unregister", prefix_id=f"{pid}-t{t}", team=f"{pid}-t{t}")
+    t0 = time.perf_counter()
+    while control(llm, "stats")["hot"]["used"] and time.perf_counter() - t0 < limit_s:
+        time.sleep(0.1)
 
 
 def _generate(llm: Any, reqs: list[Request], gk: bool, pid: str,
