@@ -10,6 +10,9 @@ side on one machine and writes the report. Engines:
 - ``granikv-stockalloc``: full GraniKV with vLLM's generic ``allocate_slots`` for running
   requests (no ``fast_alloc``);
 - ``granikv``: full GraniKV with the calibrated dispatcher.
+With ``--ceiling``, the stock engine also runs those workloads with every team context
+cut to 16 tokens (results as engine ``stock-noctx``); that run's wall time plus the
+priced prefix work (bench/ceiling.py) is the workload's ceiling, written into the result.
 """
 
 from __future__ import annotations
@@ -17,21 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from granikv_engine.bench.env import environment
-from granikv_engine.bench.workloads import (
-    MAX_NUM_SEQS,
-    WORKLOADS,
-    Workload,
-    prefixes,
-    requests,
-    scaled,
-)
+from granikv_engine.bench.timed import NO_CONTEXT, run_workload, run_workloads
+from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS
 
 MODELS = Path(__file__).parent / "models"
 EXT = "granikv_engine.vllm_plugin.worker_ext.GraniKVWorkerExtension"
@@ -106,77 +102,6 @@ def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
     return LLM(**kw)
 
 
-def _params(n: int, extra: dict[str, Any] | None) -> Any:
-    from vllm import SamplingParams
-
-    return SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0,
-                          detokenize=False, extra_args=extra)
-
-
-def _pct(xs: list[float]) -> dict[str, float]:
-    if not xs:
-        return {}
-    q = statistics.quantiles(xs, n=100, method="inclusive") if len(xs) > 1 else xs * 99
-    return {"p50": q[49], "p90": q[89], "p99": q[98], "mean": statistics.fmean(xs)}
-
-
-def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """a - b for nested counters."""
-    out: dict[str, Any] = {}
-    for k, v in a.items():
-        if isinstance(v, dict):
-            out[k] = {kk: vv - b.get(k, {}).get(kk, 0) for kk, vv in v.items()}
-        elif isinstance(v, int | float):
-            out[k] = v - b.get(k, 0)
-    return out
-
-
-def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
-                 salt: str = "") -> dict[str, Any]:
-    from vllm.inputs import TokensPrompt
-
-    from granikv_engine.vllm_plugin.client import bind_args, control, register
-
-    gk = engine.startswith("granikv")
-    out_tokens = scaled(w.output, scale)
-    pid = w.name.replace("W2", "W1")  # W2 reuses W1's team and prefix
-    t0 = time.perf_counter()
-    for t, p in enumerate(prefixes(w, vocab, scale)):  # stock: cache it; GraniKV: pin it
-        if gk:
-            register(llm, f"{pid}-t{t}", p, prefix_id=f"{pid}-t{t}")
-        else:
-            llm.generate([TokensPrompt(prompt_token_ids=p)], _params(1, None), use_tqdm=False)
-    warm_s = time.perf_counter() - t0
-    # Both engines alike: a few agents' requests, untimed, through the same kernels as
-    # the timed run (prefill and decode), so no kernel compiles inside the timing.
-    few = requests(w, vocab, scale, salt + "-warmup")[:8]
-    llm.generate([TokensPrompt(prompt_token_ids=p) for _, p in few],
-                 [_params(4, bind_args(f"{pid}-t{t}", f"{pid}-t{t}") if gk else None)
-                  for t, _ in few], use_tqdm=False)
-    reqs = requests(w, vocab, scale, salt)
-    prompts = [TokensPrompt(prompt_token_ids=p) for _, p in reqs]
-    sps = [_params(out_tokens, bind_args(f"{pid}-t{t}", f"{pid}-t{t}") if gk else None)
-           for t, _ in reqs]
-    control(llm, "reset_peaks")
-    before = control(llm, "stats")
-    t0 = time.perf_counter()
-    outs = llm.generate(prompts, sps, use_tqdm=False)
-    wall = time.perf_counter() - t0
-    after = control(llm, "stats")
-    n_out = sum(len(o.outputs[0].token_ids) for o in outs)
-    ttft = [o.metrics.first_token_latency for o in outs if o.metrics]
-    itl = [(o.metrics.last_token_ts - o.metrics.first_token_ts) / max(1, len(
-        o.outputs[0].token_ids) - 1) for o in outs if o.metrics]
-    res = {"engine": engine, "workload": w.name, "agents": w.agents, "prefix_lens":
-           [scaled(n, scale) for n in w.prefix_lens], "output_tokens": n_out, "wall_s": wall,
-           "tok_s": n_out / wall, "warm_s": warm_s, "ttft_s": _pct(ttft), "itl_s": _pct(itl),
-           "scheduler": after.get("scheduler"), "stats_after": after}
-    if gk:
-        res["hits"] = after["hits"]["hits"] - before["hits"]["hits"]
-        res["dispatch"] = _delta(after.get("dispatch", {}), before.get("dispatch", {}))
-    return res
-
-
 def take_turn(sync: Path, turn: int, peers: int) -> None:
     """Engines that share the GPUs (``bench/run.py``'s ``a~b``) start at the same time but
     are timed one at a time: ready when all have started, then in turn order, so that no
@@ -213,6 +138,9 @@ def main() -> None:
     ap.add_argument("--tiny", default="", help="a local model folder (CPU dry runs)")
     ap.add_argument("--attribution", default="",
                     help="granikv: these workloads also run with the paged backend only")
+    ap.add_argument("--ceiling", default="",
+                    help="stock: these workloads also run with every team context cut to "
+                         f"{NO_CONTEXT} tokens (engine stock-noctx), priced into a ceiling")
     ap.add_argument("--capture-sizes", default="1,2,4,8,16,32,64,128,256,512",
                     help="CUDA graph capture sizes, the same for every engine")
     ap.add_argument("--profile", type=Path, default=None,
@@ -233,7 +161,7 @@ def main() -> None:
     tp = tps.pop()
     # Sized for every workload of the model, whichever run now: one engine config per
     # model, so a later run on the same machine reuses the compile cache.
-    max_len = max(int(w.max_len * args.scale) + 8 for w in WORKLOADS.values()
+    max_len = max(w.max_len_at(args.scale) + 8 for w in WORKLOADS.values()
                   if w.model == args.model and w.tp == tp)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {"dtype": "float32", "enforce_eager": True} if args.tiny else {
@@ -264,17 +192,13 @@ def main() -> None:
     # GraniKV: each workload once with the unified paged backend only, then with the
     # dispatcher (fresh suffixes, so the second run gets no prefix-cache help).
     attributed = set(args.attribution.split(",")) if args.attribution else set()
-    for w in ws:
-        modes = ["paged", "auto"] if args.engine == "granikv" and w.name in attributed else [None]
-        for i, mode in enumerate(modes):
-            name = args.engine if mode in (None, "auto") else "granikv-paged"
-            if mode is not None:
-                llm.collective_rpc("granikv_set_backend", args=(mode,))
-            r = run_workload(llm, name, w, vocab, args.scale, salt=f"-run{i}")
-            r["max_num_seqs"] = args.max_num_seqs
-            doc["results"].append(r)
-            print(f"[{name}] {w.name}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s", flush=True)
-            out.write_text(json.dumps(doc, indent=1))
+    capped = set(args.ceiling.split(",")) if args.ceiling else set()
+    for r in run_workloads(llm, args.engine, ws, vocab, args.scale, attributed, capped,
+                           args.max_num_seqs):
+        doc["results"].append(r)
+        print(f"[{r['engine']}] {r['workload']}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s",
+              flush=True)
+        out.write_text(json.dumps(doc, indent=1))
     if args.profile:  # after the timed runs: the first workload once more, profiled
         w = ws[0]
         llm.start_profile()

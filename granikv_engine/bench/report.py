@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS
+from granikv_engine.bench.ceiling import CONTEXT_FLOPS, HBM_BYTES_S
+from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS, Workload
 
 
 def load(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -35,22 +36,36 @@ def _settings(rs: list[dict[str, Any]]) -> dict[str, set[int]]:
     return out
 
 
-def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, float]]]:
-    """Per workload and engine one result: each engine at its best max_num_seqs, named in
-    the workload cell where the workload ran at more than one. Of two runs at the same
-    max_num_seqs the later counts (no best-of over repeats)."""
-    rs = [r for run in runs for r in run["results"]]
+def best_results(rs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per workload and engine one result: each engine at its best max_num_seqs. Of two
+    runs at the same max_num_seqs the later counts (no best-of over repeats)."""
     last = {(r["workload"], r["engine"], _seqs(r)): r for r in rs}
-    seqs = _settings(rs)
     by: dict[str, dict[str, dict[str, Any]]] = {}
     for (workload, engine, _), r in last.items():
         e = by.setdefault(workload, {})
         if engine not in e or r["tok_s"] > e[engine]["tok_s"]:
             e[engine] = r
+    return by
+
+
+def _ceiling_tok_s(e: dict[str, dict[str, Any]]) -> float | None:
+    """The measured ceiling: the no-context stock run plus the priced prefix work."""
+    nc = e.get("stock-noctx")
+    return nc["ceiling"]["tok_s"] if nc and "ceiling" in nc else None
+
+
+def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, float]]]:
+    """Per workload and engine one result (``best_results``): each engine at its best
+    max_num_seqs, named in the workload cell where the workload ran at more than one.
+    The ceiling is the measured one where a no-context stock run priced it, else the
+    workload's prior estimate."""
+    rs = [r for run in runs for r in run["results"]]
+    by = best_results(rs)
+    seqs = _settings(rs)
     lines = ["| workload | stock tok/s | GraniKV tok/s | speedup | target | ceiling | "
-             "paged-only tok/s | no FULL graphs tok/s | stock-cascade tok/s | "
+             "% of ceiling | paged-only tok/s | no FULL graphs tok/s | stock-cascade tok/s | "
              "TTFT p50 s (stock / GraniKV) | ITL p50 ms (stock / GraniKV) |",
-             "|" + "---|" * 11]
+             "|" + "---|" * 12]
     speed: dict[str, dict[str, float]] = {}
     for name in sorted(by):
         e = by[name]
@@ -71,12 +86,92 @@ def e2e_table(runs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, floa
                       if r]
             label += f" (max_num_seqs: {', '.join(chosen)})"
         w = WORKLOADS[name]
-        lines.append(f"| {label} | {f(st)} | {f(gk)} | {x} | {w.target_x}x | "
-                     f"{f'{w.ceiling_x}x' if w.ceiling_x else '-'} | "
+        cap, of = _ceiling_cells(w, e, speed[name])
+        target = f"{w.target_x}x" if w.target_x else f"{w.target_of_ceiling:.0%} of ceiling"
+        lines.append(f"| {label} | {f(st)} | {f(gk)} | {x} | {target} | {cap} | {of} | "
                      f"{f(e.get('granikv-paged'))} | {f(e.get('granikv-piecewise'))} | "
                      f"{f(e.get('stock-cascade'))} | {lat('ttft_s', 1)} | "
                      f"{lat('itl_s', 1e3)} |")
     return "\n".join(lines), speed
+
+
+def _ceiling_cells(w: Workload, e: dict[str, dict[str, Any]],
+                   speed: dict[str, float]) -> tuple[str, str]:
+    """The ceiling (as a speedup over stock) and GraniKV's share of it."""
+    st, gk, cap = e.get("stock"), e.get("granikv"), _ceiling_tok_s(e)
+    if cap is not None:
+        speed["ceiling"] = cap
+        x = f"{cap / st['tok_s']:.2f}x (measured)" if st else f"{cap:,.0f} tok/s (measured)"
+        return x, f"{gk['tok_s'] / cap:.0%}" if gk else "-"
+    if not w.ceiling_x:
+        return "-", "-"
+    of = f"{gk['tok_s'] / st['tok_s'] / w.ceiling_x:.0%}" if st and gk else "-"
+    return f"{w.ceiling_x}x", of
+
+
+CEILING_NOTE = (
+    "Ceiling = output tokens / (wall time of the same stock engine with every team context "
+    "cut to 16 tokens + the priced prefix work). Priced, per layer, at the kernel "
+    "benchmark's rates (dense context pass {tflops:.0f} TFLOP/s, HBM {tbs:.1f} TB/s; the "
+    "slower of compute and bytes): each request's fresh prompt tokens attend its team "
+    "context once, and each decode step one context pass per team group (its rows' "
+    "queries over the context's K/V, read once), decode steps scheduled ideally "
+    "(max_num_seqs requests from the first step): bench/ceiling.py.\n")
+
+
+def ceiling_table(runs: list[dict[str, Any]]) -> str:
+    """Each measured ceiling and how it was computed ("" if none)."""
+    by = best_results([r for run in runs for r in run["results"]])
+    lines = ["| workload | no-context stock: tok/s, wall s | priced prefill s | "
+             "priced context passes (count, s) | ceiling tok/s (wall s) | ceiling vs stock | "
+             "GraniKV tok/s | % of ceiling | target |", "|" + "---|" * 9]
+    for name in sorted(by):
+        e = by[name]
+        nc, st, gk = e.get("stock-noctx"), e.get("stock"), e.get("granikv")
+        if not nc or "ceiling" not in nc:
+            continue
+        c, w = nc["ceiling"], WORKLOADS[name]
+        target = f"{w.target_x}x" if w.target_x else f"{w.target_of_ceiling:.0%}"
+        lines.append(
+            f"| {name} | {nc['tok_s']:,.0f}, {nc['wall_s']:.2f} | {c['prefill_s']:.2f} | "
+            f"{c['passes']:,}, {c['decode_s']:.2f} | {c['tok_s']:,.0f} ({c['wall_s']:.2f}) | "
+            f"{_ratio(c, st, '.2f', 'x')} | {_tok(gk)} | {_ratio(gk, c, '.0%')} | {target} |")
+    if len(lines) == 2:
+        return ""
+    note = CEILING_NOTE.format(tflops=CONTEXT_FLOPS / 1e12, tbs=HBM_BYTES_S / 1e12)
+    return note + "\n" + "\n".join(lines)
+
+
+def _tok(r: dict[str, Any] | None) -> str:
+    return f"{r['tok_s']:,.0f}" if r else "-"
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, fmt: str,
+           unit: str = "") -> str:
+    """a's tok/s over b's."""
+    return f"{a['tok_s'] / b['tok_s']:{fmt}}{unit}" if a and b else "-"
+
+
+def _ttft(r: dict[str, Any] | None) -> str:
+    return f"{r['ttft_s']['p50']:.2f} / {r['ttft_s']['p90']:.2f}" if r else "-"
+
+
+def turns_table(runs: list[dict[str, Any]]) -> str:
+    """Multi-turn workloads, turn by turn: tok/s, the ceiling, TTFT ("" if none)."""
+    by = best_results([r for run in runs for r in run["results"]])
+    lines = ["| workload | turn | stock tok/s | GraniKV tok/s | speedup | ceiling tok/s | "
+             "% of ceiling | TTFT p50 / p90 s, stock | TTFT p50 / p90 s, GraniKV |",
+             "|" + "---|" * 9]
+    for name in sorted(by):
+        e = by[name]
+        st, gk, nc = (e.get(k, {}).get("turns") for k in ("stock", "granikv", "stock-noctx"))
+        for k in range(max(len(t or []) for t in (st, gk, nc))):
+            a, b, c = ((t[k] if t and k < len(t) else None) for t in (st, gk, nc))
+            lines.append(
+                f"| {name} | {k + 1} | {_tok(a)} | {_tok(b)} | {_ratio(b, a, '.2f', 'x')} | "
+                f"{_tok(c and c.get('ceiling'))} | {_ratio(b, c and c.get('ceiling'), '.0%')} | "
+                f"{_ttft(a)} | {_ttft(b)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def step_table(runs: list[dict[str, Any]]) -> str:
@@ -120,14 +215,15 @@ def e2e_plot(speed: dict[str, dict[str, float]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    engines = ["stock", "stock-cascade", "granikv-paged", "granikv-piecewise", "granikv"]
+    engines = ["stock", "stock-cascade", "granikv-paged", "granikv-piecewise", "granikv",
+               "stock-noctx", "ceiling"]
     names = sorted(speed)
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    width = 0.16
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.12
     for i, eng in enumerate(engines):
         vals = [speed[n].get(eng, 0) for n in names]
         ax.bar([j + i * width for j in range(len(names))], vals, width, label=eng)
-    ax.set_xticks([j + 2 * width for j in range(len(names))], names)
+    ax.set_xticks([j + 3 * width for j in range(len(names))], names)
     ax.set_ylabel("output tokens/s")
     ax.set_title("End to end on H200s (-TPn: n GPUs): stock vLLM 0.26 vs GraniKV (dummy weights)")
     ax.legend()
@@ -189,6 +285,9 @@ def main() -> None:
             "# End to end: stock vLLM 0.26 vs GraniKV\n\n" + head + "\nCommands:\n"
             + "".join(f"- `{c}`\n" for c in cmds) + "\n" + table + "\n\n## Per step\n\n"
             + step_table(runs) + "\n"
+            + "".join(f"\n## {title}\n\n{body}\n" for title, body in (
+                ("Ceilings, measured", ceiling_table(runs)),
+                ("Multi-turn agents, turn by turn", turns_table(runs))) if body)
             + ("\n## Each engine's max_num_seqs\n\nThe workloads run at more than one "
                "max_num_seqs, every run; the first table keeps each engine's fastest.\n\n"
                + seqs + "\n" if seqs else ""))

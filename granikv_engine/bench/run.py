@@ -6,8 +6,9 @@ end-to-end phase: ``stock``, ``granikv`` (with the paged-only attribution runs o
 W3), ``stock-cascade``, ``granikv-paged``, ``granikv-piecewise``, ``granikv-stockalloc``,
 ``w2-stock``, ``w2-granikv``, ``w4-stock``, ``w4-granikv``, and the tensor-parallel ones
 ``tp2-stock``, ``tp2-granikv`` (Qwen2.5-14B on 2 GPUs), ``tp4-stock``, ``tp4-granikv``
-(Qwen2.5-32B on 4). Results land in ``--out`` as JSON; ``bench/report.py`` turns them
-into docs/benchmarks/ (markdown + PNG).
+(Qwen2.5-32B on 4), and the heterogeneous agent traffic ``agents-stock`` (W6, W7 and
+their no-context ceiling runs) and ``agents-granikv``. Results land in ``--out`` as
+JSON; ``bench/report.py`` turns them into docs/benchmarks/ (markdown + PNG).
 
 ``--phases a+b,c`` runs ``a`` and ``b`` at the same time, each on a GPU of its own
 (CUDA_VISIBLE_DEVICES), then ``c`` on all GPUs: on a 2-GPU machine, stock and GraniKV
@@ -59,6 +60,13 @@ PHASES: dict[str, list[str]] = {
                  "--model", "qwen2.5-14b", "--workloads", "W4"],
     "w4-granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
                    "--model", "qwen2.5-14b", "--workloads", "W4", "--hot-slots", "20000"],
+    # Heterogeneous agent traffic (W6, W7): stock, its no-context runs (the ceiling), and
+    # GraniKV with a HOT arena for the larger of the two workloads' context sets (W6: 46.6K
+    # tokens; each workload unregisters its contexts when done)
+    "agents-stock": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock",
+                     "--workloads", "W6,W7", "--ceiling", "W6,W7"],
+    "agents-granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
+                       "--workloads", "W6,W7", "--hot-slots", "48000"],
     **{f"tp{tp}-{eng}": [PY, "-m", "granikv_engine.bench.e2e", "--engine", eng, "--model",
                          model, "--workloads", f"W1-TP{tp},W3-TP{tp}"]
        for tp, model in ((2, "qwen2.5-14b"), (4, "qwen2.5-32b"))

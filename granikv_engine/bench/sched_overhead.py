@@ -27,7 +27,7 @@ WORKLOAD = Workload("CPU-W1", "tiny-llama", (16384,), 256, 0.0, 0.0, suffix=64, 
 
 
 def run_engine(engine: str) -> dict[str, Any]:
-    from granikv_engine.bench import e2e
+    from granikv_engine.bench import e2e, timed
 
     max_len = WORKLOAD.max_len + 8
     t0 = time.perf_counter()
@@ -36,7 +36,7 @@ def run_engine(engine: str) -> dict[str, Any]:
         "hf_overrides": {"max_position_embeddings": max_len}})
     start = time.perf_counter() - t0
     llm.collective_rpc("granikv_reinit_weights")
-    res = e2e.run_workload(llm, engine, WORKLOAD, 1024, 1.0)
+    res = timed.run_workload(llm, engine, WORKLOAD, 1024, 1.0)
     sch = res["scheduler"]
     steps = max(sch["steps"], 1)
     return {"engine": engine, "engine_start_s": start, "steps": sch["steps"],

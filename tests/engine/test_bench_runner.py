@@ -128,3 +128,15 @@ def test_make_llm_passes_max_num_seqs_to_vllm(monkeypatch: pytest.MonkeyPatch) -
     e2e.make_llm("/tiny", "stock", 256, 0, True, {})
     e2e.make_llm("/tiny", "stock", 256, 0, True, {}, max_num_seqs=256)
     assert [kw["max_num_seqs"] for kw in seen] == [512, 256]
+
+
+def test_the_agent_traffic_phases_run_w6_w7_with_their_ceiling_and_room_in_hot() -> None:
+    def arg(phase: str, flag: str) -> str:
+        cmd = run.PHASES[phase]
+        return cmd[cmd.index(flag) + 1]
+
+    assert arg("agents-stock", "--workloads") == arg("agents-granikv", "--workloads")
+    assert arg("agents-stock", "--ceiling") == arg("agents-stock", "--workloads") == "W6,W7"
+    # each workload's contexts fit the arena at once (one workload's at a time)
+    need = max(sum(WORKLOADS[n].prefix_lens) for n in ("W6", "W7"))
+    assert need <= int(arg("agents-granikv", "--hot-slots")) < need * 1.1
