@@ -44,10 +44,10 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
     async def chat(_: ChatCompletionRequest, body: RawBody, ing: Ing) -> Response:
         ctx = await ing.hub.context(team.name)
         if ctx is None:  # no shared context yet: an ordinary chat, scoped to the team
-            return await ing.openai("chat", bind_body(body, team.name))  # type: ignore[no-any-return]
+            return await ing.openai("chat", bind_body(body, team.name))
         messages = [{"role": "system", "content": ctx.text}, *body["messages"]]
         bound = bind_body({**body, "messages": messages}, team.name, ctx.prefix_id)
-        return await ing.openai("chat", bound)  # type: ignore[no-any-return]
+        return await ing.openai("chat", bound)
 
     return r
 
