@@ -31,7 +31,7 @@ test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 run: install
-	$(PY) -m granikv_platform.cli run
+	$(PY) -m granikv_agents.cli run
 
 lint: install
 	$(VENV)/bin/ruff check granikv_engine platform agents tests

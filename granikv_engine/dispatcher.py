@@ -62,7 +62,7 @@ class AttnShape:
 
 @dataclass(frozen=True)
 class Hardware:
-    """Roofline constants; defaults are the H200 ceilings measured here (copy 4.3 TB/s,
+    """Roofline constants; defaults are an H200's measured ceilings (copy 4.3 TB/s,
     bf16 GEMM about 790 TFLOP/s on random data)."""
 
     mem_bw: float = 4.3e12  # bytes/s

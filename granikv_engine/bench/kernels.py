@@ -6,7 +6,7 @@ Decode step of B agents on one team prefix of Lp tokens, each with S own tokens:
 - granikv-cascade: dense prefix pass + page-1 suffix + merge (our CudaOps);
 - granikv-paged: the unified page-1 kernel over HOT + COLD slots.
 Bytes floor: each K/V slot read once (Lp + B*S slots), q and out once; FLOP floor:
-4*B*H*(Lp+S)*D. Run on the H200: ``python -m granikv_engine.bench.kernels --out DIR``.
+4*B*H*(Lp+S)*D. Run on a GPU: ``python -m granikv_engine.bench.kernels --out DIR``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ SHAPES = {"llama-3.1-8b": (32, 8, 128), "qwen2.5-14b": (40, 8, 128)}
 BATCH = (1, 8, 64, 256, 512)
 PREFIX = (1024, 4096, 16384)
 SUFFIX = (64, 640, 2048)
-BW, FLOPS = 4.3e12, 7.9e14  # measured H200 ceilings (copy, bf16 GEMM), see METHOD.md
+BW, FLOPS = 4.3e12, 7.9e14  # H200 ceilings measured with large copies and bf16 GEMMs
 
 
 def stock_block16(b: int, lp: int, s: int, h: int, hkv: int, d: int,

@@ -1,12 +1,12 @@
 """Engine-core time per step on this CPU: 256 agents on one 16K-token prefix, GraniKV
-(block 1, HOT arena) vs stock vLLM at block 16 (the issue-3 overhead benchmark).
+(block 1, HOT arena) vs stock vLLM at block 16: the engine core's cost of block size 1.
 
 The tiny dummy-weight Llama keeps the forward pass cheap, so the scheduler's own work
 shows: ``schedule()`` and ``update_from_output()`` per step, timed inside the engine core
 by the GraniKV scheduler and by the stock probe scheduler. Agents are short (64 own
 tokens, 16 generated) to keep the CPU forward pass tractable.
 
-``python -m granikv_engine.bench.sched_overhead --out docs/benchmarks``
+``python -m granikv_engine.bench.sched_overhead --out docs/benchmarks --name DATE-cpu-scheduler``
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main() -> None:
                      f"{r['hits'] if r['hits'] is not None else '-'} | "
                      f"{r['seeded_hash_tokens'] or '-'} |")
     (args.out / f"{args.name}.md").write_text(
-        "# Engine-core scheduling time per step, on the development CPU\n\n"
+        "# Engine-core scheduling time per step, on a CPU\n\n"
         f"{doc['env']['date']}, Python {doc['env']['python']}, vLLM {doc['env']['vllm']} "
         f"(CPU build). Command: `python -m granikv_engine.bench.sched_overhead "
         f"--engines {args.engines} --name {args.name}`.\n\n"

@@ -254,7 +254,7 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         seq = cam._seq_lens_cpu if cam._seq_lens_cpu is not None else cam.seq_lens_cpu_upper_bound
         if self.host_block_table is None and not self._searched_runner:
             self._searched_runner = True
-            from granikv_engine.vllm_plugin.runner_binding import bind_from_caller
+            from granikv_engine.vllm_plugin.host_table import bind_from_caller
 
             bind_from_caller(self)
         if self.host_block_table is None or seq is None:

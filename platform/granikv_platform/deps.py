@@ -16,7 +16,7 @@ declares the bearer scheme in the OpenAPI document.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -30,12 +30,10 @@ from granikv_platform.identity import (
     required_team,
     resolve_team,
 )
-
-if TYPE_CHECKING:
-    from granikv_platform.ingress import Ingress
+from granikv_platform.ingress_api import IngressApi
 
 
-def current_ingress() -> Ingress:
+def current_ingress() -> IngressApi:
     """The ingress object serving this request (its handle, hub and config)."""
     return serve.get_replica_context().servable_object  # type: ignore[return-value]
 
@@ -90,7 +88,7 @@ async def _authenticated(request: Request, _: Bearer) -> None:
     caller(request)
 
 
-Ing = Annotated[Any, Depends(current_ingress)]  # Any: Ingress imports the routes
+Ing = Annotated[IngressApi, Depends(current_ingress)]
 RequiredTeam = Annotated[str, Depends(_required_team)]
 OptionalTeam = Annotated[str | None, Depends(_optional_team)]
 Operator = Depends(_operator)  # route dependencies=[Operator]: operator keys only

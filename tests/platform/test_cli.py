@@ -1,4 +1,4 @@
-"""`python -m granikv_platform.cli run --once`: what `make run` does, end to end, in its
+"""`python -m granikv_agents.cli run --once`: what `make run` does, end to end, in its
 own Ray cluster (a subprocess, as a newcomer runs it): the example agent team runs
 through the app's /teams/red/runs, and its answers and the GraniKV statistics print."""
 
@@ -29,7 +29,7 @@ def test_run_once_prints_answers_and_statistics() -> None:
                TMPDIR=tmp)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "granikv_platform.cli", "run", "--once",
+            [sys.executable, "-m", "granikv_agents.cli", "run", "--once",
              "--port", str(free_port()), "--max-tokens", "8"],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
     finally:

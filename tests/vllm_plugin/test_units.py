@@ -96,8 +96,8 @@ def test_builder_finds_its_runner_on_the_call_stack() -> None:
 
     import torch
 
+    from granikv_engine.vllm_plugin.host_table import bind_from_caller
     from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder
-    from granikv_engine.vllm_plugin.runner_binding import bind_from_caller
 
     builder = object.__new__(GraniKVMetadataBuilder)
     builder.host_block_table = None

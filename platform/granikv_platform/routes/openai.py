@@ -30,11 +30,11 @@ def router(cfg: PlatformConfig) -> APIRouter:
     @r.post("/v1/chat/completions")
     async def chat(team: OptionalTeam, _: ChatCompletionRequest, body: RawBody,
                    ing: Ing) -> Response:
-        return await ing.openai("chat", bind_body(body, team))  # type: ignore[no-any-return]
+        return await ing.openai("chat", bind_body(body, team))
 
     @r.post("/v1/completions")
     async def completions(team: OptionalTeam, _: CompletionRequest, body: RawBody,
                           ing: Ing) -> Response:
-        return await ing.openai("completions", bind_body(body, team))  # type: ignore[no-any-return]
+        return await ing.openai("completions", bind_body(body, team))
 
     return r

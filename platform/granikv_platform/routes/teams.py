@@ -42,7 +42,7 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
     @r.post("/v1/chat/completions")
     async def chat(_: ChatCompletionRequest, body: RawBody, ing: Ing) -> Response:
         # The replica prepends the context and binds the request (LLMReplica.team_chat).
-        return await ing.openai("team_chat", team.name, body)  # type: ignore[no-any-return]
+        return await ing.openai("team_chat", team.name, body)
 
     return r
 
