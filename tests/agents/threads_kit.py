@@ -1,0 +1,79 @@
+"""Pieces of the thread tests that need LangGraph only: a scripted tool-calling chat
+model, a runtime context without a platform, and a real PostgreSQL server (the
+``pgserver`` wheel: its own binaries, started in a temporary folder)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from pydantic import Field
+
+from granikv_agents.graph import RunContext
+from granikv_agents.spec import TeamSpec
+from granikv_agents.team import Team
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """Answers with the scripted messages in order; ``bind_tools`` keeps the script
+    (the tool calls are scripted) and records the tools' names. Not streamed: the fake's
+    stream would drop the tool calls."""
+
+    bound: list[str] = Field(default_factory=list)
+    disable_streaming: bool = True
+
+    def bind_tools(self, tools: Sequence[Any], **kw: Any) -> ScriptedModel:  # type: ignore[override]
+        self.bound = sorted(getattr(t, "name", str(t)) for t in tools)
+        return self
+
+
+def script(*replies: AIMessage | str) -> ScriptedModel:
+    return ScriptedModel(messages=iter([r if isinstance(r, AIMessage) else AIMessage(r)
+                                        for r in replies]))
+
+
+class NoPlatform:
+    """The backend of runs whose graphs never call the platform (the model is given)."""
+
+    team = "t"
+
+    async def pin_context(self, text: str) -> Any:
+        raise AssertionError("this graph must not pin a context")
+
+    async def read_context(self) -> Any:
+        raise AssertionError("this graph must not read the context")
+
+    async def chat(self, request: Any, context: Any) -> Any:
+        raise AssertionError("this graph calls its chat model, not the backend")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def own_team(graph: str, team: str = "t", agents: int = 1) -> Team:
+    return TeamSpec.model_validate({
+        "team": team, "context": "The shared context.", "graph": graph,
+        "agents": [{"name": f"a{i}", "role": f"Role {i}."} for i in range(agents)],
+    }).to_team()
+
+
+def context_with(model: Any) -> Any:
+    """A ``context_of`` for the executor: every run gets ``model``."""
+    def of(team: Team) -> RunContext:
+        return RunContext(NoPlatform(), asyncio.Semaphore(4), team, model)  # type: ignore[arg-type]
+    return of
+
+
+def postgres_server(folder: Path) -> Iterator[str]:
+    """A real PostgreSQL server for the test session; its URL."""
+    import pgserver
+
+    srv = pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield str(srv.get_uri())
+    finally:
+        srv.cleanup()
