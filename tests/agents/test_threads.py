@@ -23,8 +23,8 @@ TOOLS = own_team("granikv_agents.examples.tools:graph")
 
 
 @pytest.fixture(scope="module")
-def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from postgres_server(tmp_path_factory.mktemp("pg"))
+def pg_url() -> Iterator[str]:
+    yield from postgres_server()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -120,7 +120,9 @@ async def _cancel_join_busy_and_ownership(url: str) -> None:
             await ex.create_run("t", tid, body)
         with pytest.raises(Forbidden):
             await ex.get_thread("other", tid)
-        await asyncio.sleep(0.2)
+        got = [e async for e in _first(ex.events("t", tid, run["run_id"], ping_s=0.05), 4)]
+        # the input's values, then keep-alive pings while the model has not answered
+        assert [e.event if e else None for e in got] == ["metadata", "values", None, None]
         await ex.cancel("t", tid, run["run_id"], wait=True)
         assert (await ex.run("t", tid, run["run_id"])).status == "interrupted"
         gate.set()
@@ -130,6 +132,14 @@ async def _cancel_join_busy_and_ownership(url: str) -> None:
         with pytest.raises(Conflict):
             await ex.create_thread("t", tid)
         assert (await ex.create_thread("t", tid, if_exists="do_nothing"))["thread_id"] == tid
+
+
+async def _first(events: AsyncIterator[Any], n: int) -> AsyncIterator[Any]:
+    async for e in events:
+        yield e
+        n -= 1
+        if n == 0:
+            return
 
 
 async def _list_runs_pages_in_the_database(url: str) -> None:

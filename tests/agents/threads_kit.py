@@ -5,6 +5,8 @@ model, a runtime context without a platform, and a real PostgreSQL server (the
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,12 +70,16 @@ def context_with(model: Any) -> Any:
     return of
 
 
-def postgres_server(folder: Path) -> Iterator[str]:
-    """A real PostgreSQL server for the test session; its URL."""
+def postgres_server() -> Iterator[str]:
+    """A real PostgreSQL server in a fresh folder; its URL. As root, pgserver runs the
+    server as another user, which must reach the folder: hence a folder directly in the
+    temporary directory (pytest's sit in a root-only one)."""
     import pgserver
 
+    folder = Path(tempfile.mkdtemp(prefix="granikv-pg-"))
     srv = pgserver.get_server(folder, cleanup_mode="stop")
     try:
         yield str(srv.get_uri())
     finally:
         srv.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)

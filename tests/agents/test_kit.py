@@ -1,0 +1,72 @@
+"""The kit's pieces in graphs of one's own (LangGraph and scripted models only): roles
+folded into the conversation, the map-reduce example's fan-out, factories loaded by
+name."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langgraph.graph import START, StateGraph
+
+from granikv_agents.chat_model import conversation
+from granikv_agents.graph import RunContext
+from granikv_agents.graphs import GraphLoadError, team_graph
+from tests.agents.threads_kit import NoPlatform, own_team, script
+
+
+def test_roles_join_the_first_user_message() -> None:
+    out = conversation([SystemMessage("You are a."), HumanMessage("Q1", id="h1"),
+                        AIMessage("A1"), SystemMessage("Be brief."), HumanMessage("Q2")])
+    assert [m.type for m in out] == ["human", "ai", "human"]  # no system message left
+    assert out[0].content == "Instructions: You are a.\nBe brief.\n\nQ1" and out[0].id == "h1"
+    assert conversation([SystemMessage("Only rules.")])[0].content == "Instructions: Only rules."
+    assert conversation([HumanMessage("plain")])[0].content == "plain"
+
+
+class Pins(NoPlatform):
+    """Records the contexts a graph pins (what the platform would make its HOT prefix)."""
+
+    def __init__(self) -> None:
+        self.pinned: list[str] = []
+
+    async def pin_context(self, text: str) -> Any:
+        self.pinned.append(text)
+        return {"prefix_id": "p1", "length": 3, "state": "ready", "pinned": True,
+                "hot_start": 0, "reused": False}
+
+
+def test_map_reduce_example_fans_out_and_joins_with_roles() -> None:
+    team = own_team("granikv_agents.examples.review:graph", agents=4)
+    model = script("f0", "f1", "f2", "the report")
+    pins = Pins()
+    graph = team_graph(team)
+    ctx = RunContext(pins, asyncio.Semaphore(4), team, model)  # type: ignore[arg-type]
+    out = asyncio.run(graph.ainvoke({"messages": [HumanMessage("Review it.")]}, context=ctx))
+    assert pins.pinned == ["The shared context."] and out["context"]["prefix_id"] == "p1"
+    assert sorted(f[0] for f in out["findings"]) == ["a0", "a1", "a2"]  # the last one joins
+    assert out["messages"][-1].content == "the report" and out["messages"][-1].name == "a3"
+    edges = {(e.source, e.target) for e in graph.get_graph().edges}
+    assert ("register_context", "review") in edges and ("review", "synthesize") in edges
+
+
+def compiled() -> Any:
+    g = StateGraph(dict)
+    g.add_node("n", lambda s: {})
+    g.add_edge(START, "n")
+    return g.compile()
+
+
+def not_a_graph() -> int:
+    return 1
+
+
+def test_factories_by_name() -> None:
+    team = own_team("tests.agents.test_kit:compiled")
+    assert "n" in team_graph(team).nodes  # a compiled graph is taken as it is
+    with pytest.raises(GraphLoadError, match="No module named"):
+        team_graph(own_team("tests.nowhere:graph"))
+    with pytest.raises(GraphLoadError, match="not a StateGraph"):
+        team_graph(own_team("tests.agents.test_kit:not_a_graph"))
