@@ -2,7 +2,7 @@
 (``config.team_routers: ["granikv_agents.rest:runs_router"]``).
 
     POST /teams/{team}/runs                {"spec_name": "review"} | {"spec": {...}}
-    GET  /teams/{team}/runs                the team's runs and their status
+    GET  /teams/{team}/runs                the team's runs (?limit=&offset=, oldest first)
     GET  /teams/{team}/runs/{id}           status, context pin, turns, result
     GET  /teams/{team}/runs/{id}/events    server-sent events (Last-Event-ID / ?after=)
     POST /teams/{team}/runs/{id}/resume    continue a failed or interrupted run
@@ -44,8 +44,9 @@ def runs_router(team: TeamConfig) -> APIRouter:
         return _answer(await _service(ing).start.remote(team.name, body.wire()), 201)
 
     @r.get("/runs")
-    async def list_runs(ing: Ing) -> Response:
-        return _answer(await _service(ing).list_runs.remote(team.name))
+    async def list_runs(ing: Ing, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                        offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+        return _answer(await _service(ing).list_runs.remote(team.name, limit, offset))
 
     @r.get("/runs/{run_id}")
     async def get(run_id: RunId, ing: Ing) -> Response:

@@ -113,9 +113,10 @@ class RunService:
         except (RunNotFound, PermissionError) as e:
             return _error(e)
 
-    async def list_runs(self, team: str) -> Item:
-        runs = await self.executor.store.list_runs(team)
-        return {"json": {"object": "list", "data": [r.view() for r in runs]}}
+    async def list_runs(self, team: str, limit: int = 100, offset: int = 0) -> Item:
+        runs = await self.executor.store.list_runs(team, limit=limit + 1, offset=offset)
+        return {"json": {"object": "list", "data": [r.view() for r in runs[:limit]],
+                         "has_more": len(runs) > limit}}
 
     async def resume(self, team: str, run_id: str) -> Item:
         try:
