@@ -5,6 +5,8 @@ restart, cancel and join, streamed events and paging. LangGraph only: no Serve a
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +20,7 @@ from granikv_agents.team import Team
 from granikv_agents.threads.executor import Conflict, Forbidden, ThreadExecutor
 from tests.agents.threads_kit import context_with, own_team, postgres_server, script
 
+ROOT = Path(__file__).resolve().parents[2]
 CHAT = own_team("granikv_agents.examples.approve:graph")
 TOOLS = own_team("granikv_agents.examples.tools:graph")
 
@@ -134,6 +137,49 @@ async def _cancel_join_busy_and_ownership(url: str) -> None:
         assert (await ex.create_thread("t", tid, if_exists="do_nothing"))["thread_id"] == tid
 
 
+async def _resumes_after_the_executor_was_killed(url: str) -> None:
+    tid = f"th-{uuid.uuid4().hex[:8]}"
+    code = ("import asyncio, sys; from tests.agents import test_threads as t, threads_kit as k;"
+            "asyncio.run(k.serve_until_killed(sys.argv[1], sys.argv[2], t.assistants))")
+    proc = subprocess.Popen([sys.executable, "-c", code, url, tid], cwd=ROOT)
+    try:
+        async for store in opened_watch(url):
+            deadline = time.monotonic() + 120
+            while not await _ran_the_tool(store, tid):
+                assert proc.poll() is None and time.monotonic() < deadline, "no tool call"
+                await asyncio.sleep(0.3)
+    finally:
+        proc.kill()  # SIGKILL: the run is "running" in the store, its checkpoint saved
+        proc.wait()
+    model = script("There are 3 words.")
+    async for ex in opened(url, model):  # resumes the run from its checkpoint
+        run = (await ex.list_runs("t", tid))[0]
+        values = await ex.join("t", tid, run["run_id"])
+        assert [m["type"] for m in values["messages"]] == ["human", "ai", "tool", "ai"], (
+            await ex.run("t", tid, run["run_id"]))
+        assert texts(values)[2:] == ["3", "There are 3 words."]
+        assert (await ex.run("t", tid, run["run_id"])).status == "success"
+
+
+async def opened_watch(url: str) -> AsyncIterator[Any]:
+    """The store alone (no executor: the killed process owns the runs)."""
+    from granikv_agents.threads.database import open_database
+    from granikv_agents.threads.store import ThreadStore
+
+    db = await open_database(url)
+    try:
+        yield await ThreadStore.open(db)
+    finally:
+        await db.close()
+
+
+async def _ran_the_tool(store: Any, tid: str) -> bool:
+    runs = await store.list_runs(tid) if await store.thread(tid) else []
+    return bool(runs) and any(
+        e.event == "values" and any(m["type"] == "tool" for m in e.data["messages"])
+        for e in await store.events(runs[0].run_id))
+
+
 async def _first(events: AsyncIterator[Any], n: int) -> AsyncIterator[Any]:
     async for e in events:
         yield e
@@ -173,3 +219,7 @@ def test_cancel_join_busy_and_ownership(url: str) -> None:
 
 def test_list_runs_pages_in_the_database(url: str) -> None:
     asyncio.run(_list_runs_pages_in_the_database(url))
+
+
+def test_resumes_after_the_executor_was_killed(url: str) -> None:
+    asyncio.run(_resumes_after_the_executor_was_killed(url))

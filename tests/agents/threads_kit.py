@@ -83,3 +83,31 @@ def postgres_server() -> Iterator[str]:
     finally:
         srv.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class Stalls(ScriptedModel):
+    """Answers its ``answers`` first calls from the script, then never: the run stays in
+    flight until its process is killed."""
+
+    answers: int = 1
+
+    async def _agenerate(self, *a: Any, **k: Any) -> Any:
+        if self.answers <= 0:
+            await asyncio.Event().wait()
+        self.answers -= 1
+        return await super()._agenerate(*a, **k)
+
+
+async def serve_until_killed(url: str, thread_id: str, assistants: Any) -> None:
+    """The executor process that the restart test kills: one run of the tools graph that
+    calls a tool, then stalls in its second model call."""
+    from granikv_agents.threads.executor import ThreadExecutor
+
+    call = AIMessage("", tool_calls=[{"name": "word_count", "args": {"text": "a b c"},
+                                      "id": "call-1"}])
+    async with ThreadExecutor.open(url, assistants, context_with(Stalls(
+            messages=iter([call])))) as ex:
+        await ex.create_thread("t", thread_id)
+        await ex.create_run("t", thread_id, {"assistant_id": "tools", "input": {
+            "messages": [{"role": "user", "content": "Count: a b c"}]}})
+        await asyncio.Event().wait()

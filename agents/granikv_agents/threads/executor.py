@@ -13,6 +13,7 @@ unfinished (it stopped or died) are resumed by the next one (``auto_resume``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager, suppress
@@ -30,6 +31,7 @@ from granikv_agents.threads.store import DONE, StreamEvent, ThreadRecord, Thread
 from granikv_agents.threads.views import run_view, thread_view
 from granikv_agents.threads.wire import command, jsonable, state_view, stream_modes
 
+logger = logging.getLogger(__name__)
 Assistants = Callable[[str], Mapping[str, Team]]  # team -> assistant id -> its Team
 ContextOf = Callable[[Team], RunContext]  # a run's runtime context (backend, model)
 
@@ -230,6 +232,7 @@ class ThreadExecutor:
             await self.store.set_thread(run.thread_id, "idle")
             raise
         except Exception as e:
+            logger.exception("GraniKV: thread run %s failed", run.run_id)
             await self.store.set_run(run.run_id, "error", f"{type(e).__name__}: {e}")
             await self._event(run.run_id, "error", {"error": type(e).__name__,
                                                     "message": str(e)})
