@@ -38,8 +38,8 @@ class SamplingSpec(_Strict):
 
 class AgentSpec(_Strict):
     name: str = Field(description="Unique in the team: lowercase letters, digits, '-', '_'.")
-    role: str = Field(min_length=1, description="The agent's own instructions (a system "
-                      "message after the shared context; lands in COLD slots).")
+    role: str = Field(min_length=1, description="The agent's own instructions (they open "
+                      "its first user message, after the shared context; COLD slots).")
     sampling: SamplingSpec = Field(default_factory=lambda: SamplingSpec.model_validate({}))
 
     @field_validator("name")

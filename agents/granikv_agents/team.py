@@ -21,7 +21,7 @@ class Sampling:
 @dataclass(frozen=True)
 class Agent:
     name: str
-    role: str  # its own instructions: a system message after the shared context
+    role: str  # its own instructions, at the start of its first user message
     sampling: Sampling
     index: int  # position in the spec: the order of turns in prompts and results
 

@@ -11,9 +11,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.graph import START, StateGraph
 
+from granikv_agents.binding import TurnRequest
 from granikv_agents.chat_model import conversation
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import GraphLoadError, team_graph
+from granikv_agents.team import Sampling
 from tests.agents.threads_kit import NoPlatform, own_team, script
 
 
@@ -24,6 +26,15 @@ def test_roles_join_the_first_user_message() -> None:
     assert out[0].content == "Instructions: You are a.\nBe brief.\n\nQ1" and out[0].id == "h1"
     assert conversation([SystemMessage("Only rules.")])[0].content == "Instructions: Only rules."
     assert conversation([HumanMessage("plain")])[0].content == "plain"
+
+
+def test_built_in_turns_send_roles_inside_the_first_user_message() -> None:
+    sampling = Sampling(8, 0.0, None)
+    req = TurnRequest("a", 2, "work", (("system", "You are a."), ("user", "Q1"),
+                                       ("assistant", "A1"), ("user", "Q2")), sampling)
+    assert req.dicts() == [{"role": "user", "content": "Instructions: You are a.\n\nQ1"},
+                           {"role": "assistant", "content": "A1"},
+                           {"role": "user", "content": "Q2"}]
 
 
 class Pins(NoPlatform):
