@@ -14,7 +14,7 @@ The runtime context of a run is ``graph.RunContext``: the team, its backend, its
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -42,7 +42,7 @@ def run_team(runtime: Runtime[RunContext]) -> Team:
     return team
 
 
-async def register_context(state: Mapping[str, Any],
+async def register_context(state: Any,
                            runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Node: pin the team's context (idempotent) and record the pin read back."""
     pin = await runtime.context.backend.pin_context(run_team(runtime).context)

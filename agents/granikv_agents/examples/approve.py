@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from langchain_core.messages import HumanMessage
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
@@ -31,7 +31,7 @@ def review(state: Approval) -> Command[Literal["draft", "__end__"]]:
     answer = interrupt({"draft": str(state["messages"][-1].content),
                         "ask": "Publish this? Answer 'yes' or a note to revise it."})
     if str(answer).strip().lower() == "yes":
-        return Command(goto=END, update={"approved": True})
+        return Command(goto="__end__", update={"approved": True})
     return Command(goto="draft", update={"messages": [HumanMessage(f"Revise: {answer}")]})
 
 

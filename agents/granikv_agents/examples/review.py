@@ -62,7 +62,7 @@ async def synthesize(state: Review, runtime: Runtime[RunContext]) -> dict[str, A
 def graph() -> StateGraph[Any, Any, Any, Any]:
     g: StateGraph[Any, Any, Any, Any] = StateGraph(Review, context_schema=RunContext)
     g.add_node("register_context", register_context)
-    g.add_node("review", review)
+    g.add_node("review", review)  # type: ignore[arg-type]  # a Send payload, not the state
     g.add_node("synthesize", synthesize)
     g.add_edge(START, "register_context")
     g.add_conditional_edges("register_context", reviewers, ["review"])

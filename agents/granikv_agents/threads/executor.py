@@ -27,7 +27,14 @@ from granikv_agents.graphs import team_graph
 from granikv_agents.team import Team
 from granikv_agents.threads.checkpointers import open_checkpointer
 from granikv_agents.threads.database import open_database
-from granikv_agents.threads.store import DONE, StreamEvent, ThreadRecord, ThreadRun, ThreadStore
+from granikv_agents.threads.store import (
+    DONE,
+    RunStatus,
+    StreamEvent,
+    ThreadRecord,
+    ThreadRun,
+    ThreadStore,
+)
 from granikv_agents.threads.views import run_view, thread_view
 from granikv_agents.threads.wire import command, jsonable, state_view, stream_modes
 
@@ -227,7 +234,7 @@ class ThreadExecutor:
             await self.store.set_thread(run.thread_id,
                                         "interrupted" if snap.interrupts else "idle")
         except asyncio.CancelledError:
-            status = "pending" if self._stopping else "interrupted"
+            status: RunStatus = "pending" if self._stopping else "interrupted"
             await self.store.set_run(run.run_id, status, "cancelled")
             await self.store.set_thread(run.thread_id, "idle")
             raise
