@@ -16,7 +16,7 @@ from granikv_agents.chat_model import conversation
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import GraphLoadError, team_graph
 from granikv_agents.team import Sampling
-from tests.agents.threads_kit import NoPlatform, own_team, script
+from tests.agents.threads_kit import Echo, NoPlatform, own_team, script
 
 
 def test_roles_join_the_first_user_message() -> None:
@@ -61,6 +61,35 @@ def test_map_reduce_example_fans_out_and_joins_with_roles() -> None:
     assert out["messages"][-1].content == "the report" and out["messages"][-1].name == "a3"
     edges = {(e.source, e.target) for e in graph.get_graph().edges}
     assert ("register_context", "review") in edges and ("review", "synthesize") in edges
+
+
+def run_example(name: str, agents: int, **over: Any) -> tuple[dict[str, Any], Echo]:
+    team = own_team(f"granikv_agents.examples.{name}:graph", agents=agents, **over)
+    model = Echo()
+    ctx = RunContext(Pins(), asyncio.Semaphore(4), team, model)  # type: ignore[arg-type]
+    out = asyncio.run(team_graph(team).ainvoke({"messages": [HumanMessage("Go.")]},
+                                               context=ctx))
+    return out, model
+
+
+def test_debate_example_shows_each_debater_the_others_last_arguments() -> None:
+    out, model = run_example("debate", 3, limits={"rounds": 2})
+    assert sorted(a[:2] for a in out["arguments"]) == [[1, "a0"], [1, "a1"], [2, "a0"],
+                                                       [2, "a1"]]
+    asked = dict((a, q) for a, q in model.seen if "Round 2" in q)
+    assert asked["a0"] == ("Instructions: You are a0. Role 0.\n\n"
+                           "Round 2. The others argued:\n- a1: a1@1\nAnswer them.")
+    assert model.seen[-1][0] == "a2" and "- a0: a0@2" in model.seen[-1][1]
+    assert out["messages"][-1].content == "a2@1" and out["round"] == 3
+
+
+def test_pipeline_example_plans_executes_and_integrates() -> None:
+    out, model = run_example("pipeline", 4)
+    assert out["plan"] == "a0@1" and sorted(out["results"]) == [["a1", "a1@1"],
+                                                                ["a2", "a2@1"]]
+    assert model.seen[0][0] == "a0" and model.seen[-1][0] == "a3"
+    assert "Instructions: You are a0. Role 0." in model.seen[0][1]  # role folded in
+    assert "- a1: a1@1\n- a2: a2@1" in model.seen[-1][1]
 
 
 def compiled() -> Any:

@@ -11,8 +11,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
 from granikv_agents.graph import RunContext
@@ -56,11 +58,29 @@ class NoPlatform:
         return None
 
 
-def own_team(graph: str, team: str = "t", agents: int = 1) -> Team:
+def own_team(graph: str, team: str = "t", agents: int = 1, **over: Any) -> Team:
     return TeamSpec.model_validate({
         "team": team, "context": "The shared context.", "graph": graph,
-        "agents": [{"name": f"a{i}", "role": f"Role {i}."} for i in range(agents)],
+        "agents": [{"name": f"a{i}", "role": f"Role {i}."} for i in range(agents)], **over,
     }).to_team()
+
+
+class Echo(BaseChatModel):
+    """Answers ``<agent>@<n>`` (n: its calls so far) and records what each agent was
+    asked: ``(agent, last message)``. ``kit.team_model`` sets ``agent`` per call."""
+
+    agent: str = "?"
+    seen: list[tuple[str, str]] = Field(default_factory=list)  # shared by copies
+
+    @property
+    def _llm_type(self) -> str:
+        return "echo"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kw: Any) -> ChatResult:
+        self.seen.append((self.agent, str(messages[-1].content)))
+        text = f"{self.agent}@{sum(a == self.agent for a, _ in self.seen)}"
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
 
 
 def context_with(model: Any) -> Any:
