@@ -56,6 +56,7 @@ def test_sdk_streams_continues_cancels_and_joins_a_thread(base_url: str) -> None
     assert out["assistants"] == ["chat", "review"]  # red's spec files
     parts = out["parts"]
     assert parts[0].event == "metadata" and out["thread"].startswith("chat-")
+    assert parts[-1].event == "end" and [p.event for p in parts].count("end") == 1
     tokens = [p.data for p in parts if p.event == "messages"]
     assert tokens and all(m["type"] in ("AIMessageChunk", "ai") for m, _ in tokens)
     assert {meta["langgraph_node"] for _, meta in tokens} == {"answer"}

@@ -3,7 +3,8 @@
 One ``call(team, op, args)`` for every JSON route (its answer is a protocol item:
 ``{"json"}`` or ``{"error"}``, scoped to the calling team), one ``events`` generator of
 server-sent events (``id`` = the event's seq; ``: ping`` comments keep an idle stream
-alive). The team's assistants are its spec files (name = assistant id).
+alive; a final ``end`` once the run stopped). The team's assistants are its spec files
+(name = assistant id).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class ThreadApi:
             else:
                 yield {"sse": f"id: {ev.seq}\nevent: {ev.event}\n"
                               f"data: {json.dumps(ev.data)}\n\n"}
+        yield {"sse": "event: end\ndata: null\n\n"}  # the run stopped: nothing follows
 
     # ---- operations (JSON-able answers) --------------------------------------------------
     async def _search_assistants(self, team: str, limit: int = 10,

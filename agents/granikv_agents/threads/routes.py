@@ -16,18 +16,16 @@ Serve handle, as ``rest.py``'s routes do.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, Query
+from fastapi import APIRouter, Header, Query
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from granikv_agents.service_handle import service
+from granikv_agents.threads.schemas import Page, RunCreate, ThreadCreate
 from granikv_platform.deps import Ing
 from granikv_platform.errors import error_response
 from granikv_platform.protocol import Item
-
-Json = Annotated[dict[str, Any], Body()]
-OptJson = Annotated[dict[str, Any] | None, Body()]
 
 
 def threads_router(team: str) -> APIRouter:
@@ -47,26 +45,24 @@ def threads_router(team: str) -> APIRouter:
                                  headers={"Location": f"/threads/{tid}/runs/{rid}/stream"})
 
     @r.post("/assistants/search")
-    async def search_assistants(ing: Ing, body: OptJson = None) -> Response:
-        b = body or {}
-        return await call(ing, "search_assistants", limit=int(b.get("limit", 10)),
-                          offset=int(b.get("offset", 0)))
+    async def search_assistants(ing: Ing, body: Page | None = None) -> Response:
+        b = body or Page.model_validate({})
+        return await call(ing, "search_assistants", limit=b.limit, offset=b.offset)
 
     @r.get("/assistants/{assistant_id}")
     async def get_assistant(assistant_id: str, ing: Ing) -> Response:
         return await call(ing, "get_assistant", assistant_id=assistant_id)
 
     @r.post("/threads")
-    async def create_thread(ing: Ing, body: OptJson = None) -> Response:
-        b = body or {}
-        return await call(ing, "create_thread", thread_id=b.get("thread_id"),
-                          metadata=b.get("metadata"), if_exists=b.get("if_exists") or "raise")
+    async def create_thread(ing: Ing, body: ThreadCreate | None = None) -> Response:
+        b = body or ThreadCreate.model_validate({})
+        return await call(ing, "create_thread", thread_id=b.thread_id, metadata=b.metadata,
+                          if_exists=b.if_exists or "raise")
 
     @r.post("/threads/search")
-    async def search_threads(ing: Ing, body: OptJson = None) -> Response:
-        b = body or {}
-        return await call(ing, "search_threads", limit=int(b.get("limit", 10)),
-                          offset=int(b.get("offset", 0)))
+    async def search_threads(ing: Ing, body: Page | None = None) -> Response:
+        b = body or Page.model_validate({})
+        return await call(ing, "search_threads", limit=b.limit, offset=b.offset)
 
     @r.get("/threads/{thread_id}")
     async def get_thread(thread_id: str, ing: Ing) -> Response:
@@ -77,21 +73,21 @@ def threads_router(team: str) -> APIRouter:
         return await call(ing, "state", thread_id=thread_id)
 
     @r.post("/threads/{thread_id}/runs")
-    async def create_run(thread_id: str, body: Json, ing: Ing) -> Response:
-        return await call(ing, "create_run", thread_id=thread_id, body=body)
+    async def create_run(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+        return await call(ing, "create_run", thread_id=thread_id, body=body.wire())
 
     @r.post("/threads/{thread_id}/runs/stream")
-    async def create_and_stream(thread_id: str, body: Json, ing: Ing) -> Response:
-        item: Item = await service(ing).threads.remote(team, "create_run",
-                                                        {"thread_id": thread_id, "body": body})
+    async def create_and_stream(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+        item: Item = await service(ing).threads.remote(
+            team, "create_run", {"thread_id": thread_id, "body": body.wire()})
         if "error" in item:
             return error_response(item)
         return await stream(ing, thread_id, item["json"]["run_id"], 0)
 
     @r.post("/threads/{thread_id}/runs/wait")
-    async def create_and_wait(thread_id: str, body: Json, ing: Ing) -> Response:
-        item: Item = await service(ing).threads.remote(team, "create_run",
-                                                        {"thread_id": thread_id, "body": body})
+    async def create_and_wait(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+        item: Item = await service(ing).threads.remote(
+            team, "create_run", {"thread_id": thread_id, "body": body.wire()})
         if "error" in item:
             return error_response(item)
         return await call(ing, "join", thread_id=thread_id, run_id=item["json"]["run_id"])
@@ -100,7 +96,8 @@ def threads_router(team: str) -> APIRouter:
     async def list_runs(thread_id: str, ing: Ing,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 10,
                         offset: Annotated[int, Query(ge=0)] = 0,
-                        status: str | None = None) -> Response:
+                        status: Literal["pending", "running", "success", "error",
+                                        "timeout", "interrupted"] | None = None) -> Response:
         return await call(ing, "list_runs", thread_id=thread_id, limit=limit, offset=offset,
                           status=status)
 
