@@ -9,9 +9,11 @@
         await ex.wait(run.run_id)
         print(await ex.view(run.run_id))                    # turns, result, context pin
 
-On a platform app, ``granikv_agents.rest:runs_router`` (``config.team_routers``) and
-``granikv_agents.service:RunService`` (``config.services``, name ``agents``) serve the
-same runs at ``/teams/{team}/runs``. See agents/README.md.
+A team may run its own LangGraph graph (``graph: module:function`` in its spec), built
+with the pieces of ``granikv_agents.kit``. On a platform app, ``granikv_agents.rest:
+runs_router`` (``config.team_routers``) and ``granikv_agents.service:RunService``
+(``config.services``, name ``agents``) serve ``/teams/{team}/runs`` and LangGraph
+Server's threads and runs (``langgraph-sdk``). See agents/README.md.
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ from granikv_agents.binding import (
     TransientLLMError,
     TurnRequest,
 )
+from granikv_agents.chat_model import TeamChatModel
 from granikv_agents.executor import RunExecutor
 from granikv_agents.graph import RetryConfig, RunContext, build_graph
+from granikv_agents.graphs import team_graph
 from granikv_agents.http_binding import HttpTeamBackend
 from granikv_agents.serve_binding import ServeTeamBackend
 from granikv_agents.spec import TeamSpec
 from granikv_agents.spec_file import load_spec
 from granikv_agents.team import Team
+from granikv_agents.threads.executor import ThreadExecutor
 
 __all__ = [
     "HttpTeamBackend",
@@ -41,9 +46,12 @@ __all__ = [
     "ServeTeamBackend",
     "Team",
     "TeamBackend",
+    "TeamChatModel",
     "TeamSpec",
+    "ThreadExecutor",
     "TransientLLMError",
     "TurnRequest",
     "build_graph",
     "load_spec",
+    "team_graph",
 ]

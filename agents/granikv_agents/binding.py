@@ -52,7 +52,23 @@ class TurnRequest:
     sampling: Sampling
 
     def dicts(self) -> list[dict[str, str]]:
-        return [{"role": r, "content": c} for r, c in self.messages]
+        """The chat messages, roles folded in (``fold_roles``)."""
+        return [{"role": r, "content": c} for r, c in fold_roles(self.messages)]
+
+
+def fold_roles(messages: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """The messages with their system messages (agent roles) folded into the first user
+    message, ``Instructions:`` first: the platform's shared context is the one system
+    message, at the start, that every chat template accepts."""
+    rules = [c for r, c in messages if r == "system"]
+    rest = [(r, c) for r, c in messages if r != "system"]
+    if not rules:
+        return rest
+    head = "Instructions: " + "\n".join(rules)
+    for i, (r, c) in enumerate(rest):
+        if r == "user":
+            return [*rest[:i], ("user", f"{head}\n\n{c}"), *rest[i + 1:]]
+    return [("user", head), *rest]
 
 
 @dataclass(frozen=True)

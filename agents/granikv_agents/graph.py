@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy, Send
@@ -41,10 +42,13 @@ class RunContext:
 
     backend: TeamBackend
     turns: asyncio.Semaphore
+    team: Team | None = None  # graphs of one's own read the team here (``kit``)
+    model: BaseChatModel | None = None  # the team's chat model (``kit.team_model``)
 
     @classmethod
-    def of(cls, team: Team, backend: TeamBackend) -> RunContext:
-        return cls(backend, asyncio.Semaphore(team.limits.concurrency))
+    def of(cls, team: Team, backend: TeamBackend,
+           model: BaseChatModel | None = None) -> RunContext:
+        return cls(backend, asyncio.Semaphore(team.limits.concurrency), team, model)
 
 
 @dataclass(frozen=True)

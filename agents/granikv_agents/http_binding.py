@@ -64,7 +64,7 @@ class HttpTeamBackend:
     async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
         llm = await self._llm(request.sampling)
         try:
-            msg = await llm.ainvoke([(r, c) for r, c in request.messages])
+            msg = await llm.ainvoke([(d["role"], d["content"]) for d in request.dicts()])
         except openai.APIConnectionError as e:  # includes timeouts
             raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
         except openai.APIStatusError as e:

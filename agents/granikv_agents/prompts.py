@@ -51,7 +51,7 @@ def reduce_turn(team: Team, turns: Sequence[Turn]) -> TurnInput:
     return TurnInput(agent=reducer.name, round=last, kind="reduce", messages=[
         role_message(reducer),
         ["user", f"{team.task}\n\n{head}Round {last}:\n{shown}\n\n"
-                 f"{ask[team.workflow.shape]}"]])
+                 f"{ask[team.shape.shape]}"]])
 
 
 def _worker_messages(team: Team, agent: Agent, turns: Sequence[Turn],
@@ -70,7 +70,7 @@ def _first_ask(team: Team, turns: Sequence[Turn]) -> str:
 
 
 def _follow_up(team: Team, agent: Agent, turns: Sequence[Turn], round_: int) -> str:
-    shape = team.workflow.shape
+    shape = team.shape.shape
     if shape == "debate":
         others = [t for t in _round(turns, round_ - 1, "work") if t["agent"] != agent.name]
         return f"Round {round_}. The others argued:\n{_listing(others)}\nAnswer them."

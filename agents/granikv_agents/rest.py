@@ -2,10 +2,12 @@
 (``config.team_routers: ["granikv_agents.rest:runs_router"]``).
 
     POST /teams/{team}/runs                {"spec_name": "review"} | {"spec": {...}}
-    GET  /teams/{team}/runs                the team's runs and their status
+    GET  /teams/{team}/runs                the team's runs (?limit=&offset=, oldest first)
     GET  /teams/{team}/runs/{id}           status, context pin, turns, result
     GET  /teams/{team}/runs/{id}/events    server-sent events (Last-Event-ID / ?after=)
     POST /teams/{team}/runs/{id}/resume    continue a failed or interrupted run
+
+and LangGraph Server's assistants, threads and runs (``threads/routes.py``).
 
 The platform checks the caller against the team before these run (``enter_team``). They
 forward to the run service (``service.RunService``) through its Serve handle; another
@@ -21,7 +23,8 @@ from fastapi import APIRouter, Header, Path, Query
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from granikv_agents.schemas import RUN_ID_PATTERN, RunCreate
-from granikv_agents.service import SERVICE_NAME
+from granikv_agents.service_handle import service as _service
+from granikv_agents.threads.routes import threads_router
 from granikv_platform.config import TeamConfig
 from granikv_platform.deps import Ing
 from granikv_platform.errors import ApiError, error_response
@@ -41,8 +44,9 @@ def runs_router(team: TeamConfig) -> APIRouter:
         return _answer(await _service(ing).start.remote(team.name, body.wire()), 201)
 
     @r.get("/runs")
-    async def list_runs(ing: Ing) -> Response:
-        return _answer(await _service(ing).list_runs.remote(team.name))
+    async def list_runs(ing: Ing, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                        offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+        return _answer(await _service(ing).list_runs.remote(team.name, limit, offset))
 
     @r.get("/runs/{run_id}")
     async def get(run_id: RunId, ing: Ing) -> Response:
@@ -65,15 +69,8 @@ def runs_router(team: TeamConfig) -> APIRouter:
             return error_response(first)
         return StreamingResponse(_sse(first, gen), media_type="text/event-stream")
 
+    r.include_router(threads_router(team.name))
     return r
-
-
-def _service(ing: Any) -> Any:
-    service = getattr(ing, "services", {}).get(SERVICE_NAME)
-    if service is None:
-        raise ApiError(503, f"the agents service is not deployed: add a service named "
-                       f"{SERVICE_NAME!r} to the app's config.services")
-    return service
 
 
 def _answer(item: Item, status: int = 200) -> Response:

@@ -46,6 +46,17 @@ class AgentsOptions(BaseModel):
     drain_s: float = Field(10.0, ge=0, description="On shutdown, how long running turns "
                            "may finish before their runs are interrupted.")
 
+    threads_url: str | None = Field(None, description="The threads' store and checkpoints: "
+                                    "a SQLite file or a postgresql:// URL; default "
+                                    "<store>-threads.sqlite beside store_path.")
+    sse_ping_s: float = Field(15.0, gt=0, description="A thread run's event stream sends "
+                              "a keep-alive comment after this long without an event.")
+
+    def threads_store(self, app: str) -> str:
+        if self.threads_url:
+            return self.threads_url
+        return self.store_file(app).removesuffix(".sqlite") + "-threads.sqlite"
+
     def store_file(self, app: str) -> str:
         path = Path(self.store_path or Path(tempfile.gettempdir()) / f"granikv-{app}-runs.sqlite")
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,16 +20,19 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from granikv_agents.binding import TeamBackend
+from granikv_agents.chat_model import TeamChatModel
 from granikv_agents.executor import RunConflict, RunExecutor, RunNotFound
+from granikv_agents.graph import RunContext
 from granikv_agents.schemas import AgentsOptions
 from granikv_agents.serve_binding import ServeTeamBackend
+from granikv_agents.service_handle import SERVICE_NAME  # noqa: F401  (re-exported)
 from granikv_agents.spec import TeamSpec
-from granikv_agents.spec_file import SpecFileError, find_spec
+from granikv_agents.spec_file import SpecFileError, find_spec, load_spec, spec_names
 from granikv_agents.store import RunRecord
 from granikv_agents.team import Team
+from granikv_agents.threads.api import ThreadApi
+from granikv_agents.threads.executor import ThreadExecutor
 from granikv_platform.protocol import Item, error_item
-
-SERVICE_NAME = "agents"  # its name in config.services; the REST routes look it up
 
 
 class RunService:
@@ -47,6 +50,10 @@ class RunService:
             self.opts.retry.config(), self.opts.drain_s))
         if self.opts.auto_resume:
             await self.executor.recover()
+        threads = await self._stack.enter_async_context(ThreadExecutor.open(
+            self.opts.threads_store(str(config.get("name", "granikv"))), self._assistants,
+            self._run_context, self.opts.auto_resume))
+        self.threads_api = ThreadApi(threads, self._described, self.opts.sse_ping_s)
 
     @staticmethod
     def validate_options(options: dict[str, Any]) -> None:
@@ -56,6 +63,39 @@ class RunService:
     def _bind(self, team: Team) -> TeamBackend:
         return ServeTeamBackend(self._llm, team.name, self.model,
                                 timeout_s=self.opts.call_timeout_s)
+
+    def _run_context(self, team: Team) -> RunContext:
+        """A thread run's runtime context: the team's backend and its chat model (the
+        first agent's sampling, if it has agents)."""
+        backend = self._bind(team)
+        first = team.agents[0] if team.agents else None
+        model = TeamChatModel(backend=backend, context=team.context,
+                              agent=first.name if first else "agent",
+                              max_tokens=first.sampling.max_tokens if first else
+                              team.limits.max_tokens,
+                              temperature=first.sampling.temperature if first else 0.0,
+                              seed=first.sampling.seed if first else None)
+        return RunContext.of(team, backend, model)
+
+    def _specs(self, team: str) -> dict[str, TeamSpec]:
+        folder = self.opts.specs_folder()
+        specs = {name: load_spec(folder / f"{name}.yaml") for name in spec_names(folder)}
+        return {name: s for name, s in specs.items() if s.team == team}
+
+    def _assistants(self, team: str) -> dict[str, Team]:
+        return {name: s.to_team() for name, s in self._specs(team).items()}
+
+    def _described(self, team: str) -> dict[str, str]:
+        return {name: s.description for name, s in self._specs(team).items()}
+
+    # ---- threads (LangGraph Server's API, threads/routes.py) ---------------------------
+    async def threads(self, team: str, op: str, args: dict[str, Any]) -> Item:
+        return await self.threads_api.call(team, op, args)
+
+    async def thread_events(self, team: str, thread_id: str, run_id: str,
+                            after: int = 0) -> AsyncIterator[Item]:
+        async for item in self.threads_api.events(team, thread_id, run_id, after):
+            yield item
 
     # ---- runs of the calling team -------------------------------------------------------
     async def start(self, team: str, body: dict[str, Any]) -> Item:
@@ -73,9 +113,10 @@ class RunService:
         except (RunNotFound, PermissionError) as e:
             return _error(e)
 
-    async def list_runs(self, team: str) -> Item:
-        runs = await self.executor.store.list_runs(team)
-        return {"json": {"object": "list", "data": [r.view() for r in runs]}}
+    async def list_runs(self, team: str, limit: int = 100, offset: int = 0) -> Item:
+        runs = await self.executor.store.list_runs(team, limit=limit + 1, offset=offset)
+        return {"json": {"object": "list", "data": [r.view() for r in runs[:limit]],
+                         "has_more": len(runs) > limit}}
 
     async def resume(self, team: str, run_id: str) -> Item:
         try:

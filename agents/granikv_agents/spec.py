@@ -3,7 +3,8 @@
 that the graph uses (``to_team``).
 
 A spec names the team, its shared context (pinned as the team's HOT prefix), its agents
-(role instructions and sampling), the workflow shape and its limits. ``context_file``
+(role instructions and sampling), and either one of the built-in workflow shapes or a
+LangGraph graph of one's own (``graph: module:function``), and its limits. ``context_file``
 is read only when the spec comes from a file: ``spec_file.load_spec`` passes the file's
 folder as the validation context; a spec sent over HTTP must carry its context inline.
 """
@@ -20,6 +21,7 @@ from granikv_agents.team import Agent, Limits, Sampling, Team, Workflow
 
 TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # = the platform's team names
 AGENT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+GRAPH_RE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # module:function
 Shape = Literal["map_reduce", "debate", "pipeline"]
 
 
@@ -36,8 +38,8 @@ class SamplingSpec(_Strict):
 
 class AgentSpec(_Strict):
     name: str = Field(description="Unique in the team: lowercase letters, digits, '-', '_'.")
-    role: str = Field(min_length=1, description="The agent's own instructions (a system "
-                      "message after the shared context; lands in COLD slots).")
+    role: str = Field(min_length=1, description="The agent's own instructions (they open "
+                      "its first user message, after the shared context; COLD slots).")
     sampling: SamplingSpec = Field(default_factory=lambda: SamplingSpec.model_validate({}))
 
     @field_validator("name")
@@ -79,8 +81,12 @@ class TeamSpec(_Strict):
                       "agent is asked; POST /runs may replace it.")
     sampling: SamplingSpec = Field(default_factory=lambda: SamplingSpec.model_validate({}),
                                    description="Defaults of every agent's sampling.")
-    agents: list[AgentSpec] = Field(min_length=2, max_length=256)
-    workflow: WorkflowSpec
+    agents: list[AgentSpec] = Field(default_factory=list, max_length=256)
+    workflow: WorkflowSpec | None = Field(None, description="A built-in shape; give it or "
+                                          "'graph'.")
+    graph: str | None = Field(None, pattern=GRAPH_RE, description="'module:function' "
+                              "returning a StateGraph or a compiled graph (called with the "
+                              "Team if it takes an argument); give it or 'workflow'.")
     limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec.model_validate({}))
 
     @field_validator("team")
@@ -114,7 +120,13 @@ class TeamSpec(_Strict):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"duplicate agent names {dup}")
+        if (self.workflow is None) == (self.graph is None):
+            raise ValueError("give exactly one of 'workflow' or 'graph'")
         wf = self.workflow
+        if wf is None:
+            return self  # a graph of one's own: its agents are whatever it uses
+        if len(names) < 2:
+            raise ValueError("a built-in workflow needs at least 2 agents")
         if wf.reducer not in names:
             raise ValueError(f"workflow.reducer {wf.reducer!r} is not an agent")
         if (wf.shape == "pipeline") != (wf.planner is not None):
@@ -149,10 +161,11 @@ class TeamSpec(_Strict):
             name=self.team, context=self.context or "", task=task or self.task,
             agents=tuple(Agent(a.name, a.role, self._sampling(a), i)
                          for i, a in enumerate(self.agents)),
-            workflow=Workflow(self.workflow.shape, self.workflow.reducer,
-                              self.workflow.planner),
+            workflow=None if self.workflow is None else Workflow(
+                self.workflow.shape, self.workflow.reducer, self.workflow.planner),
             limits=Limits(self.limits.rounds, self.limits.max_tokens,
-                          self.limits.concurrency))
+                          self.limits.concurrency),
+            graph=self.graph)
 
     def _sampling(self, a: AgentSpec) -> Sampling:
         mine, team = a.sampling, self.sampling

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS granikv_runs (
     status TEXT NOT NULL, error TEXT, attempts INTEGER NOT NULL DEFAULT 1,
     created_at REAL NOT NULL, updated_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS granikv_runs_team ON granikv_runs (team, created_at);
+CREATE INDEX IF NOT EXISTS granikv_runs_status ON granikv_runs (status);
 CREATE TABLE IF NOT EXISTS granikv_run_events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, type TEXT NOT NULL,
     data TEXT NOT NULL, PRIMARY KEY (run_id, seq));
@@ -100,11 +101,22 @@ class RunStore:
         return RunRecord(*rows[0]) if rows else None
 
     async def list_runs(self, team: str | None = None,
-                        statuses: frozenset[str] | None = None) -> list[RunRecord]:
-        rows = await self._read(f"SELECT {_COLUMNS} FROM granikv_runs ORDER BY created_at")
-        return [r for r in map(lambda row: RunRecord(*row), rows)
-                if (team is None or r.team == team)
-                and (statuses is None or r.status in statuses)]
+                        statuses: frozenset[str] | None = None, limit: int | None = None,
+                        offset: int = 0) -> list[RunRecord]:
+        """Runs in creation order, filtered and paged by the database (``limit`` None:
+        all of them)."""
+        where, params = [], []
+        if team is not None:
+            where.append("team = ?")
+            params.append(team)
+        if statuses is not None:
+            where.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            params += sorted(statuses)
+        cond = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = await self._read(
+            f"SELECT {_COLUMNS} FROM granikv_runs {cond}ORDER BY created_at, run_id "
+            "LIMIT ? OFFSET ?", (*params, -1 if limit is None else limit, offset))
+        return [RunRecord(*row) for row in rows]
 
     async def set_status(self, run_id: str, status: Status, error: str | None = None,
                          resumed: bool = False) -> None:

@@ -21,7 +21,7 @@ class Sampling:
 @dataclass(frozen=True)
 class Agent:
     name: str
-    role: str  # its own instructions: a system message after the shared context
+    role: str  # its own instructions, at the start of its first user message
     sampling: Sampling
     index: int  # position in the spec: the order of turns in prompts and results
 
@@ -46,8 +46,17 @@ class Team:
     context: str  # the shared context: the team's HOT prefix
     task: str
     agents: tuple[Agent, ...]
-    workflow: Workflow
+    workflow: Workflow | None  # None: the team runs its own graph
     limits: Limits
+    graph: str | None = None  # "module:function" of that graph
+
+    @property
+    def shape(self) -> Workflow:
+        """The built-in workflow (a team with its own graph has none)."""
+        if self.workflow is None:
+            raise ValueError(f"team {self.name} runs its own graph ({self.graph}), not a "
+                             "built-in shape")
+        return self.workflow
 
     def agent(self, name: str) -> Agent:
         for a in self.agents:
@@ -57,17 +66,18 @@ class Team:
 
     @property
     def reducer(self) -> Agent:
-        return self.agent(self.workflow.reducer)
+        return self.agent(self.shape.reducer)
 
     @property
     def planner(self) -> Agent | None:
-        p = self.workflow.planner
+        p = self.workflow.planner if self.workflow is not None else None
         return self.agent(p) if p is not None else None
 
     @property
     def workers(self) -> tuple[Agent, ...]:
         """The agents of the parallel turns (debaters, reviewers, executors)."""
-        special = {self.workflow.reducer, self.workflow.planner}
+        wf = self.workflow
+        special = {wf.reducer, wf.planner} if wf is not None else set()
         return tuple(a for a in self.agents if a.name not in special)
 
     def calls_per_run(self) -> int:

@@ -31,7 +31,9 @@ def caller(request: Request) -> Principal:
     cached = getattr(request.state, "granikv_principal", None)
     if cached is None:
         auth: Authenticator = request.app.state.granikv_auth
-        cached = auth.authenticate(request.headers.get("authorization"))
+        key = request.headers.get("x-api-key")  # langgraph-sdk's header for the same key
+        cached = auth.authenticate(request.headers.get("authorization")
+                                   or (f"Bearer {key}" if key else None))
         request.state.granikv_principal = cached
     return cached  # type: ignore[no-any-return]
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from granikv_agents.graphs import team_graph
 from granikv_agents.schemas import AgentsOptions, RunCreate
 from granikv_agents.spec import TeamSpec
 from granikv_agents.spec_file import SpecFileError, find_spec, load_spec, spec_names
@@ -30,7 +31,7 @@ def spec(**over: Any) -> TeamSpec:
 
 
 def test_the_example_teams_load() -> None:
-    assert spec_names(TEAMS) == ["debate", "plan", "review"]
+    assert spec_names(TEAMS) == ["approve", "chat", "debate", "plan", "review"]
     review = load_spec(TEAMS / "review.yaml").to_team()
     assert (review.name, review.workflow.shape, len(review.workers)) == ("red", "map_reduce", 8)
     assert review.context == (TEAMS.parent / "contexts" / "red.md").read_text()
@@ -41,6 +42,11 @@ def test_the_example_teams_load() -> None:
     plan = find_spec(TEAMS, "plan").to_team()
     assert plan.planner is not None and plan.planner.name == "planner"
     assert [a.name for a in plan.workers] == ["builder", "tester", "deployer"]
+    chat = find_spec(TEAMS, "chat").to_team()
+    assert chat.workflow is None and chat.graph == "granikv_agents.examples.chat:graph"
+    assert set(team_graph(chat).nodes) == {"__start__", "register_context", "answer"}
+    approve = find_spec(TEAMS, "approve").to_team()
+    assert set(team_graph(approve).nodes) == {"__start__", "draft", "review"}
 
 
 def test_sampling_merges_agent_over_team_over_limits() -> None:
@@ -87,6 +93,9 @@ def test_sampling_merges_agent_over_team_over_limits() -> None:
     ({"limits": {"rounds": 17}}, "less than or equal to 16"),
     ({"sampling": {"temperature": 3}}, "less than or equal to 2"),
     ({"surprise": 1}, "Extra inputs are not permitted"),
+    ({"graph": "granikv_agents.examples.chat:graph"}, "exactly one of 'workflow' or 'graph'"),
+    ({"workflow": None}, "exactly one of 'workflow' or 'graph'"),
+    ({"workflow": None, "graph": "no colon"}, "should match pattern"),
 ])
 def test_invalid_specs_say_why(over: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message.replace("[", r"\[").replace("]", r"\]")

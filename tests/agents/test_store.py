@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,26 @@ def test_one_executor_per_store(tmp_path: Path) -> None:
         (await StoreOwner.acquire(db, wait_s=0)).release()  # free again
 
     asyncio.run(go())
+
+
+def test_a_thousand_runs_of_ten_teams_list_in_pages_under_a_second(tmp_path: Path) -> None:
+    async def go() -> float:
+        store = await RunStore.open(str(tmp_path / "runs.sqlite"))
+        spec = '{"team": "x", "context": "' + "c" * 2000 + '"}'  # a spec of real size
+        for i in range(1000):
+            await store.create(f"r{i:04d}", f"team{i % 10}", spec, "task")
+            if i % 3 == 0:
+                await store.set_status(f"r{i:04d}", "succeeded")
+        t0 = time.perf_counter()
+        pages = [await store.list_runs(f"team{k}", limit=25, offset=o)
+                 for k in range(10) for o in range(0, 100, 25)]
+        done = await store.list_runs("team3", frozenset({"succeeded"}), limit=5, offset=2)
+        elapsed = time.perf_counter() - t0
+        await store.close()
+        assert sum(len(p) for p in pages) == 1000
+        assert [r.run_id for r in pages[4][:2]] == ["r0001", "r0011"]  # team1, oldest first
+        assert [r.run_id for r in done] == ["r0063", "r0093", "r0123", "r0153", "r0183"]
+        return elapsed
+
+    elapsed = asyncio.run(go())
+    assert elapsed < 1.0, f"{elapsed:.3f} s"

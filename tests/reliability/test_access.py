@@ -50,7 +50,8 @@ def routes(base_url: str) -> list[tuple[str, str]]:
     out = []
     for path, ops in doc["paths"].items():
         concrete = path.replace("{prefix_id}", "red-probe").replace(
-            "{run_id}", "run-0000000000000000")
+            "{run_id}", "run-0000000000000000").replace("{thread_id}", "thread-probe").replace(
+            "{assistant_id}", "chat")
         assert "{" not in concrete, f"fill in the parameter of {path}"
         out += [(m.upper(), concrete) for m in ops if m in ("get", "post", "put", "delete")]
     return out

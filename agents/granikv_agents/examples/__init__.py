@@ -1,0 +1,1 @@
+"""Team graphs written with ``granikv_agents.kit``: name one in a spec's ``graph``."""

@@ -1,0 +1,134 @@
+"""LangGraph Server's routes under ``/teams/{team}`` (``langgraph-sdk``'s client with
+``url=<platform>/teams/<team>`` drives them; the API key goes as ``x-api-key``).
+
+    POST /assistants/search, GET /assistants/{id}       the team's spec files
+    POST /threads, POST /threads/search, GET /threads/{id}, GET /threads/{id}/state
+    POST /threads/{id}/runs                             a background run
+    POST /threads/{id}/runs/stream | /runs/wait         create and stream | wait
+    GET  /threads/{id}/runs?limit=&offset=, GET /threads/{id}/runs/{run}
+    GET  /threads/{id}/runs/{run}/join | /stream        wait | stream (Last-Event-ID)
+    POST /threads/{id}/runs/{run}/cancel
+
+They forward to the run service (``ThreadApi`` in ``service.RunService``) through its
+Serve handle, as ``rest.py``'s routes do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Query
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from granikv_agents.service_handle import service
+from granikv_agents.threads.schemas import Page, RunCreate, ThreadCreate
+from granikv_platform.deps import Ing
+from granikv_platform.errors import error_response
+from granikv_platform.protocol import Item
+
+
+def threads_router(team: str) -> APIRouter:
+    r = APIRouter(tags=[f"team {team}: threads (LangGraph Server API)"])
+
+    async def call(ing: Any, op: str, **args: Any) -> Response:
+        item: Item = await service(ing).threads.remote(team, op, args)
+        return error_response(item) if "error" in item else JSONResponse(item["json"])
+
+    async def stream(ing: Any, tid: str, rid: str, after: int) -> Response:
+        gen = service(ing).options(stream=True).thread_events.remote(team, tid, rid, after)
+        first: Item = await gen.__anext__()
+        if "error" in first:
+            gen.cancel()
+            return error_response(first)
+        return StreamingResponse(_sse(first, gen), media_type="text/event-stream",
+                                 headers={"Location": f"/threads/{tid}/runs/{rid}/stream"})
+
+    @r.post("/assistants/search")
+    async def search_assistants(ing: Ing, body: Page | None = None) -> Response:
+        b = body or Page.model_validate({})
+        return await call(ing, "search_assistants", limit=b.limit, offset=b.offset)
+
+    @r.get("/assistants/{assistant_id}")
+    async def get_assistant(assistant_id: str, ing: Ing) -> Response:
+        return await call(ing, "get_assistant", assistant_id=assistant_id)
+
+    @r.post("/threads")
+    async def create_thread(ing: Ing, body: ThreadCreate | None = None) -> Response:
+        b = body or ThreadCreate.model_validate({})
+        return await call(ing, "create_thread", thread_id=b.thread_id, metadata=b.metadata,
+                          if_exists=b.if_exists or "raise")
+
+    @r.post("/threads/search")
+    async def search_threads(ing: Ing, body: Page | None = None) -> Response:
+        b = body or Page.model_validate({})
+        return await call(ing, "search_threads", limit=b.limit, offset=b.offset)
+
+    @r.get("/threads/{thread_id}")
+    async def get_thread(thread_id: str, ing: Ing) -> Response:
+        return await call(ing, "get_thread", thread_id=thread_id)
+
+    @r.get("/threads/{thread_id}/state")
+    async def state(thread_id: str, ing: Ing) -> Response:
+        return await call(ing, "state", thread_id=thread_id)
+
+    @r.post("/threads/{thread_id}/runs")
+    async def create_run(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+        return await call(ing, "create_run", thread_id=thread_id, body=body.wire())
+
+    @r.post("/threads/{thread_id}/runs/stream")
+    async def create_and_stream(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+        item: Item = await service(ing).threads.remote(
+            team, "create_run", {"thread_id": thread_id, "body": body.wire()})
+        if "error" in item:
+            return error_response(item)
+        return await stream(ing, thread_id, item["json"]["run_id"], 0)
+
+    @r.post("/threads/{thread_id}/runs/wait")
+    async def create_and_wait(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+        item: Item = await service(ing).threads.remote(
+            team, "create_run", {"thread_id": thread_id, "body": body.wire()})
+        if "error" in item:
+            return error_response(item)
+        return await call(ing, "join", thread_id=thread_id, run_id=item["json"]["run_id"])
+
+    @r.get("/threads/{thread_id}/runs")
+    async def list_runs(thread_id: str, ing: Ing,
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+                        offset: Annotated[int, Query(ge=0)] = 0,
+                        status: Literal["pending", "running", "success", "error",
+                                        "timeout", "interrupted"] | None = None) -> Response:
+        return await call(ing, "list_runs", thread_id=thread_id, limit=limit, offset=offset,
+                          status=status)
+
+    @r.get("/threads/{thread_id}/runs/{run_id}")
+    async def get_run(thread_id: str, run_id: str, ing: Ing) -> Response:
+        return await call(ing, "get_run", thread_id=thread_id, run_id=run_id)
+
+    @r.get("/threads/{thread_id}/runs/{run_id}/join")
+    async def join(thread_id: str, run_id: str, ing: Ing) -> Response:
+        return await call(ing, "join", thread_id=thread_id, run_id=run_id)
+
+    @r.get("/threads/{thread_id}/runs/{run_id}/stream")
+    async def join_stream(thread_id: str, run_id: str, ing: Ing,
+                          last_event_id: Annotated[str | None, Header()] = None) -> Response:
+        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+        return await stream(ing, thread_id, run_id, after)
+
+    @r.post("/threads/{thread_id}/runs/{run_id}/cancel")
+    async def cancel(thread_id: str, run_id: str, ing: Ing,
+                     wait: Annotated[int, Query(ge=0, le=1)] = 0) -> Response:
+        item: Item = await service(ing).threads.remote(
+            team, "cancel", {"thread_id": thread_id, "run_id": run_id, "wait": bool(wait)})
+        return error_response(item) if "error" in item else Response(status_code=204)
+
+    return r
+
+
+async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:
+    try:
+        yield first["sse"]
+        async for item in gen:
+            yield item["sse"]
+    finally:
+        gen.cancel()  # a client that went away stops the service's generator

@@ -1,0 +1,72 @@
+"""JSON of what a thread shows and a run streams, in LangGraph Server's shapes (pure).
+
+Messages are their pydantic dumps (``type``, ``content``, ``id``, ``tool_calls``...), as
+LangGraph Server sends them; an ``Interrupt`` is ``{"value", "id"}``; the ``messages``
+stream mode sends ``[message chunk, metadata]`` pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langgraph.types import Command, Interrupt, StateSnapshot
+from pydantic import BaseModel
+
+# client stream_mode -> LangGraph's; "messages-tuple" is the SDK's name of the pairs
+STREAM_MODES = {"values": "values", "updates": "updates", "messages": "messages",
+                "messages-tuple": "messages", "custom": "custom"}
+
+
+def jsonable(obj: Any) -> Any:
+    if isinstance(obj, BaseMessage):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, Interrupt):
+        return {"value": jsonable(obj.value), "id": obj.id}
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, str | int | float | bool):
+        return obj
+    return str(obj)
+
+
+def stream_modes(requested: str | list[str] | None) -> list[str]:
+    """LangGraph stream modes of a request (default ``values``); unknown ones: ValueError."""
+    asked = [requested] if isinstance(requested, str) else list(requested or ["values"])
+    bad = [m for m in asked if m not in STREAM_MODES]
+    if bad:
+        raise ValueError(f"stream_mode {bad} not supported; use {sorted(STREAM_MODES)}")
+    return sorted({STREAM_MODES[m] for m in asked})
+
+
+def command(body: Mapping[str, Any] | None) -> Command[Any] | None:
+    """``{"resume": ..., "update": ..., "goto": ...}`` -> a LangGraph ``Command``."""
+    if not body:
+        return None
+    return Command(resume=body.get("resume"), update=body.get("update"),
+                   goto=body.get("goto") or ())
+
+
+def state_view(snap: StateSnapshot) -> dict[str, Any]:
+    """``GET /threads/{id}/state``."""
+    cfg = snap.config.get("configurable", {}) if snap.config else {}
+    parent = (snap.parent_config or {}).get("configurable", {})
+    return {"values": jsonable(snap.values or {}), "next": list(snap.next),
+            "tasks": [{"id": t.id, "name": t.name, "error": t.error,
+                       "interrupts": jsonable(t.interrupts)} for t in snap.tasks],
+            "interrupts": jsonable(snap.interrupts),
+            "metadata": jsonable(snap.metadata or {}), "created_at": snap.created_at,
+            "checkpoint": {"thread_id": cfg.get("thread_id"),
+                           "checkpoint_ns": cfg.get("checkpoint_ns", ""),
+                           "checkpoint_id": cfg.get("checkpoint_id")},
+            "checkpoint_id": cfg.get("checkpoint_id"),
+            "parent_checkpoint": {"checkpoint_id": parent.get("checkpoint_id")}
+            if parent else None}
