@@ -8,7 +8,8 @@
   authority on ownership (404/403), and a prefix the engine lacks is registered before
   the request is admitted. Whatever replica Serve picks therefore holds the prefix when
   the request runs, so routing needs no team affinity.
-- ``add`` / ``remove`` / ``set_context`` change the registry and this engine together.
+- ``add`` / ``remove`` / ``set_context`` change the registry and this engine together;
+  a new registration the engine fails to take is rolled back out of the registry.
 One lock makes each of these atomic on a replica, so a reconcile that fetched an older
 snapshot never undoes a newer registration made through the same replica.
 """
@@ -16,11 +17,14 @@ snapshot never undoes a newer registration made through the same replica.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from granikv_platform.registry import PrefixSpec
+
+logger = logging.getLogger("ray.serve")
 
 
 class Engine(Protocol):
@@ -93,10 +97,17 @@ class PrefixSync:
         return spec
 
     async def add(self, spec: PrefixSpec) -> bool:
-        """Registry first (it decides conflicts), then this engine. Returns created."""
+        """Registry first (it decides conflicts), then this engine. Returns created.
+        A new entry that this engine fails to take is removed from the registry again
+        before the error goes on: a registration that failed does not exist."""
         async with self.lock:
             spec, created = await self.hub.put(spec)
-            await self._apply(plan([spec], await self._records(spec.prefix_id)))
+            try:
+                await self._apply(plan([spec], await self._records(spec.prefix_id)))
+            except Exception:
+                if created:
+                    await self._roll_back(spec)
+                raise
             return created
 
     async def remove(self, prefix_id: str, team: str) -> PrefixSpec:
@@ -111,6 +122,13 @@ class PrefixSync:
             ids = {spec.prefix_id, old} if old else {spec.prefix_id}
             records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids]
             await self._apply(plan([spec], records))
+
+    async def _roll_back(self, spec: PrefixSpec) -> None:
+        try:
+            await self.hub.delete(spec.prefix_id, spec.team)
+            await self._apply(plan([], await self._records(spec.prefix_id)))
+        except Exception:  # the engine is down: its next reconcile drops the entry
+            logger.exception("GraniKV: rolling back prefix %s", spec.prefix_id)
 
     async def _records(self, prefix_id: str) -> list[dict[str, Any]]:
         return [r for r in await self.engine.list_prefixes() if r["prefix_id"] == prefix_id]
