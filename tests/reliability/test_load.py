@@ -187,19 +187,23 @@ def serve_replica_ids() -> set[str]:
     return {name.rsplit("#", 1)[1] for name in live_replicas()}
 
 
-def quiet(url: str, ids: set[str], after: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Stats in which every replica of ``ids`` reported (after its report in ``after``)
-    and has nothing in use. A replica's report can be late (the stats list a replica
-    only while its last report is recent, see docs/reliability.md) or never come (Serve
-    replaced it): the first is waited for, the second named."""
-    seen = {r: rep["reported_at"] for r, rep in (after or {"replicas": {}})["replicas"].items()}
+def quiet(url: str, ids: set[str]) -> dict[str, Any]:
+    """Stats in which every replica of ``ids`` reported after this call, all at the same
+    registry version (every change made before the call applied), with nothing in use.
+    A replica's report can be late (the stats list a replica only while its last report
+    is recent, see docs/reliability.md) or never come (Serve replaced it): the first is
+    waited for, the second named."""
+    now = time.time()
+    seen = {r: rep["reported_at"] for r, rep in stats(url)["replicas"].items()}
 
     def ok() -> dict[str, Any] | None:
         s = stats(url)
         reps = s["replicas"]
-        if not ids <= set(reps) or any(reps[r]["reported_at"] <= seen.get(r, 0.0)
+        if not ids <= set(reps) or any(reps[r]["reported_at"] <= seen.get(r, now)
                                        for r in ids):
             return None
+        if len({reps[r]["registry_version"] for r in ids}) != 1:
+            return None  # one replica has not reconciled yet
         busy = any(v["running"] or v["waiting"] or v["inflight"] or v["hot_referenced"]
                    for r, v in idle(s).items() if r in ids)
         return None if busy else s
@@ -257,8 +261,8 @@ def test_bounded_mixed_load_leaks_nothing(base_url: str) -> None:
     finally:
         for c in clients.values():
             c.close()
-    try:  # the same replicas, each with a newer report
-        after = quiet(base_url, ids, before)
+    try:  # the same replicas, each with a report made after the load
+        after = quiet(base_url, ids)
     except AssertionError as e:  # with what the load saw, which may tell why
         raise AssertionError(f"{e}\n{len(failures)} operations failed:\n" +
                              "\n".join(failures[:10])) from None
