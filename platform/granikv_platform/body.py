@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from email.message import Message as MimeHeader
 from typing import Any
 
@@ -33,6 +34,7 @@ from granikv_platform.protocol import error_item
 MAX_DEPTH = 64  # objects and arrays; OpenAI bodies nest 6 deep (tools' JSON schemas more)
 MAX_INT = 2**63 - 1  # integers beyond int64 reach no engine field intact
 _STATE_KEY = "granikv_body"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -132,11 +134,11 @@ def _check_values(value: dict[str, Any]) -> None:
 
 
 def _check_text(s: str, path: str, key: bool = False) -> None:
-    for i, ch in enumerate(s):
-        if "\ud800" <= ch <= "\udfff":
-            what = "a key" if key else "a string"
-            raise BadBody(400, f"{path}: {what} holds a lone UTF-16 surrogate "
-                          f"(\\u{ord(ch):04x} at character {i}), which is not text")
+    m = _SURROGATE.search(s)  # a pair in the JSON text is one character here: lone only
+    if m is not None:
+        what = "a key" if key else "a string"
+        raise BadBody(400, f"{path}: {what} holds a lone UTF-16 surrogate "
+                      f"(\\u{ord(m.group()):04x} at character {m.start()}), which is not text")
 
 
 def _no_constant(name: str) -> Any:
