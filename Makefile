@@ -12,7 +12,7 @@ REQS := requirements/cpu.txt requirements/dev.txt requirements/vllm026-cpu-deps.
 PYTEST_ARGS ?= -q
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test run demo lint bench tokenizer clean
+.PHONY: install test run demo lint bench tokenizer soak clean
 
 install: $(STAMP)
 
@@ -36,6 +36,12 @@ run: install
 lint: install
 	$(VENV)/bin/ruff check granikv_engine platform agents tests
 	$(VENV)/bin/mypy
+
+# Not in CI: 10 minutes of test_load's mix with an LLM replica killed every 2 minutes
+# (GRANIKV_SOAK_S, GRANIKV_SOAK_WORKERS, GRANIKV_SOAK_KILL_EVERY_S); figures in
+# runs/reliability/figures.json (section soak).
+soak: install
+	$(PY) -m pytest -q --timeout 3600 tests/reliability/soak.py
 
 tokenizer: install
 	$(PY) deploy/models/build_tiny_tokenizer.py

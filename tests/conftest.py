@@ -50,6 +50,11 @@ def auth(team: str) -> dict[str, str]:
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Ray's memory monitor kills workers (replicas, the Serve controller, the registry) when
+# the whole machine is above 95% memory, whoever uses it: on a shared or small CI
+# machine it replaced replicas in the middle of tests (docs/reliability.md). Off for the
+# suite's clusters (the subprocess ones inherit it); the kernel's OOM killer remains.
+os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
 
 
 def free_port() -> int:
@@ -95,8 +100,10 @@ def app_args(tmp: Path, **replicas: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def ray_serve() -> Iterator[int]:
-    """A local Ray cluster with Serve's HTTP proxy on a free loopback port."""
+def ray_serve(request: pytest.FixtureRequest) -> Iterator[int]:
+    """A local Ray cluster with Serve's HTTP proxy on a free loopback port. When a test
+    of the session failed, Ray's logs (replicas, engines, raylet, GCS, Serve) are kept
+    in runs/ray-logs/ before the cluster's temp folder goes."""
     import ray
     from ray import serve
 
@@ -114,7 +121,18 @@ def ray_serve() -> Iterator[int]:
         ray.shutdown()  # stops the cluster this process started (raylet, GCS, workers)
         if own_tmp:
             del os.environ["RAY_TMPDIR"]
+            if request.session.testsfailed:
+                keep_ray_logs(Path(own_tmp))
             shutil.rmtree(own_tmp, ignore_errors=True)
+
+
+def keep_ray_logs(ray_tmp: Path) -> None:
+    """Copy the Ray session logs under ``ray_tmp`` to runs/ray-logs/<session>/."""
+    for logs in ray_tmp.glob("ray/session_2*/logs"):
+        dest = REPO / "runs" / "ray-logs" / logs.parent.name
+        shutil.copytree(logs, dest, dirs_exist_ok=True, ignore_dangling_symlinks=True,
+                        ignore=shutil.ignore_patterns("*.sock", "*.lock"))
+        print(f"\nRay's logs of this session: {dest}")
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@
     run       start local Ray + the Serve app(s) of a config (deploy/local.yaml), run the
               example agent team (deploy/teams/review.yaml) through the app's
               /teams/{team}/runs, print its context pin, the agents' answers and the
-              GraniKV statistics, then keep serving until Ctrl-C (--once: exit). Without
+              GraniKV statistics, then keep serving until Ctrl-C or SIGTERM (--once:
+              exit); either stops Serve and Ray and removes this run's files. Without
               a keys file (auth.keys_file, GRANIKV_API_KEYS_FILE) it makes API keys for
               this run only, and prints them.
     keys      write an API keys file: a new key per team named (and the operator's)
@@ -51,7 +52,9 @@ def run(
 ) -> None:
     """Start the app locally, run the example team, print answers and statistics."""
     from granikv_platform.loader import load_serve_config
+    from granikv_platform.local import stop_on_sigterm
 
+    stop_on_sigterm()  # SIGTERM and Ctrl-C alike: Serve and Ray stop, the keys go
     team_spec = load_spec(spec).model_dump(mode="json")
     keys_dir = Path(tempfile.mkdtemp(prefix="granikv-keys-"))
     try:
@@ -98,8 +101,9 @@ def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
     typer.echo(f"starting Ray and {', '.join(a.name for a in serve_file.apps)} from {config} "
                "(engine start-up takes 15-60 s on CPU) ...")
     t0 = time.monotonic()
-    url = local.start(serve_file, host, port, ray_address=ENV.ray_address, verbose=verbose)
-    try:
+    try:  # a signal during start-up stops what started too
+        url = local.start(serve_file, host, port, ray_address=ENV.ray_address,
+                          verbose=verbose)
         root = url + serve_file.apps[0].route_prefix.rstrip("/")
         typer.echo(f"serving at {root} (up in {time.monotonic() - t0:.0f} s)")
         if any(a.config.engine.dummy_weights for a in serve_file.apps):
@@ -113,7 +117,7 @@ def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
             typer.echo(f"\nserving at {root}  (OpenAI root {root}/v1, team roots "
                        f"{root}/teams/<team>/v1, team runs {root}/teams/<team>/runs, "
                        f"metrics {root}/metrics); send 'Authorization: Bearer <key>'; "
-                       "Ctrl-C to stop")
+                       "Ctrl-C (or SIGTERM) to stop")
             _wait_forever()
     finally:
         local.stop()
@@ -123,7 +127,7 @@ def _wait_forever() -> None:
     try:
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (local.stop_on_sigterm)
         typer.echo("stopping ...")
 
 

@@ -10,8 +10,10 @@ Routes:
 - Operations: GET /metrics (Prometheus), GET /v1/granikv/stats, GET /teams, GET /healthz.
 
 Access (``config.auth``, auth.py and identity.py): every route needs an API key except
-GET /healthz and the OpenAPI document (/openapi.json, /docs); /metrics and
-/v1/granikv/stats need the operator key. Bodies over ``limits.max_body_bytes`` are 413.
+GET /healthz and the OpenAPI document (/openapi.json, /docs), and it is checked before
+routing (team_gate.py: no path or team name can be probed without a key); /metrics and
+/v1/granikv/stats need the operator key. Bodies over ``limits.max_body_bytes`` are 413;
+a body that is not one JSON object sent as ``application/json`` is 400 or 415 (body.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI
 
 from granikv_platform.auth import Authenticator
+from granikv_platform.body import JsonBody
 from granikv_platform.config import PlatformConfig, TeamConfig
 from granikv_platform.deps import Authenticated, enter_team
 from granikv_platform.env import PlatformEnv
@@ -39,8 +42,9 @@ def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAP
                   description="OpenAI-compatible serving with team-scoped HOT prefixes.")
     app.state.granikv_auth = auth or Authenticator.from_config(
         cfg.auth, PlatformEnv.from_environ().api_keys_file)
+    app.add_middleware(JsonBody)  # bodies: one JSON object, or a 4xx that says why
     app.add_middleware(BodyLimit, max_bytes=cfg.limits.max_body_bytes)
-    # Outermost: another team's call to /teams/{team}/... is refused before any body.
+    # Outermost: a key, and the path's team, are checked before routing or any body.
     app.add_middleware(TeamGate, teams=frozenset(t.name for t in cfg.teams))
     install_error_handlers(app)
     app.include_router(openai.router(cfg))

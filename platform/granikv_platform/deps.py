@@ -22,6 +22,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 
+from granikv_platform.body import parsed_body
 from granikv_platform.errors import ApiError
 from granikv_platform.identity import (
     caller,
@@ -65,10 +66,12 @@ async def route_team(request: Request) -> str:
 
 
 async def raw_body(request: Request) -> dict[str, Any]:
-    """The JSON body as sent (routes also declare its model, which validates it)."""
-    body = await request.json()
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    """The JSON object sent, as ``body.JsonBody`` read and checked it (routes also
+    declare its model, which validates it)."""
+    body = parsed_body(request.scope)
+    if body is None:
+        raise ApiError(400, "the request body is empty: send a JSON object with "
+                       "'Content-Type: application/json'")
     return body
 
 

@@ -43,8 +43,17 @@ def unavailable(e: Exception) -> ApiError:
 
 
 def error_response(item: Item) -> JSONResponse:
+    """The item as an HTTP answer. A 500's own text (an engine's or a library's
+    exception message, which may name files or internals) stays in the log."""
     status, body = wire_error(item)
+    if status == 500:
+        logger.warning("GraniKV ingress: internal error answered as 500: %s",
+                       body["error"]["message"])
+        body["error"]["message"] = INTERNAL_MESSAGE
     return JSONResponse(body, status_code=status)
+
+
+INTERNAL_MESSAGE = "internal error: the request was not served (details in the server log)"
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -4,6 +4,8 @@ and the API keys of such a run."""
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 from pathlib import Path
 
 import ray
@@ -20,6 +22,7 @@ def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | Non
     until each is running. Returns the base URL."""
     ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose,
              namespace="granikv")
+    stop_on_sigterm()  # ray.init replaced the handler (and Ray's native one may abort)
     serve.start(http_options={"host": host, "port": port})
     for app in serve_file.apps:
         serve.run(build_app(app.config), name=app.name, route_prefix=app.route_prefix)
@@ -28,11 +31,24 @@ def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | Non
 
 def stop() -> None:
     """Delete the applications and leave Ray (a cluster this process started stops, and
-    its detached registry with it)."""
+    its detached registry with it). SIGINT and SIGTERM are ignored meanwhile: a second
+    signal would leave Ray's processes behind."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(sig, signal.SIG_IGN)
     try:
-        serve.shutdown()
+        if ray.is_initialized():
+            serve.shutdown()
     finally:
         ray.shutdown()
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (what a process manager sends) interrupts this process as SIGINT (Ctrl-C)
+    does: KeyboardInterrupt in the main thread, so that ``finally`` blocks stop Serve and
+    Ray and remove temporary files."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def with_keys_file(serve_file: ServeFile, path: Path) -> ServeFile:

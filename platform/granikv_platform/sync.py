@@ -15,7 +15,8 @@ local view of both so that a bound request costs no control-plane call.
   runs, so routing needs no team affinity. A prefix deleted through another replica is
   still served here until the next reconcile (at most ``sync_period_s`` later).
 - ``add`` / ``remove`` / ``set_context`` change the registry and this engine together,
-  and the local view with them.
+  and the local view with them; a new registration the engine fails to take is rolled
+  back out of the registry.
 One lock makes each of these atomic on a replica, so a reconcile that fetched an older
 snapshot never undoes a newer registration made through the same replica.
 """
@@ -23,11 +24,14 @@ snapshot never undoes a newer registration made through the same replica.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from granikv_platform.registry import PrefixSpec
+
+logger = logging.getLogger("ray.serve")
 
 
 class Engine(Protocol):
@@ -143,11 +147,18 @@ class PrefixSync:
         return rec is not None and plan([spec], [rec]).empty
 
     async def add(self, spec: PrefixSpec) -> bool:
-        """Registry first (it decides conflicts), then this engine. Returns created."""
+        """Registry first (it decides conflicts), then this engine. Returns created.
+        A new entry that this engine fails to take is removed from the registry again
+        before the error goes on: a registration that failed does not exist."""
         async with self.lock:
             spec, created = await self.hub.put(spec)
             self.specs[spec.prefix_id] = spec
-            await self._apply(plan([spec], await self._records(spec.prefix_id)))
+            try:
+                await self._apply(plan([spec], await self._records(spec.prefix_id)))
+            except Exception:
+                if created:
+                    await self._roll_back(spec)
+                raise
             return created
 
     async def remove(self, prefix_id: str, team: str) -> PrefixSpec:
@@ -166,6 +177,14 @@ class PrefixSync:
             ids = {spec.prefix_id, old} if old else {spec.prefix_id}
             records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids]
             await self._apply(plan([spec], records))
+
+    async def _roll_back(self, spec: PrefixSpec) -> None:
+        self.specs.pop(spec.prefix_id, None)
+        try:
+            await self.hub.delete(spec.prefix_id, spec.team)
+            await self._apply(plan([], await self._records(spec.prefix_id)))
+        except Exception:  # the engine is down: its next reconcile drops the entry
+            logger.exception("GraniKV: rolling back prefix %s", spec.prefix_id)
 
     async def _records(self, prefix_id: str) -> list[dict[str, Any]]:
         records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] == prefix_id]

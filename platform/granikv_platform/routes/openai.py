@@ -16,7 +16,7 @@ from granikv_platform.identity import bind_body
 
 def model_list(cfg: PlatformConfig) -> ModelList:
     return ModelList(data=[ModelCard(
-        id=cfg.model.model_id, owned_by="granikv", root=cfg.model.source,
+        id=cfg.model.model_id, owned_by="granikv", root=cfg.model.model_id,
         max_model_len=cfg.engine.engine_kwargs.get("max_model_len"))])
 
 
