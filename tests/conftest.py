@@ -33,7 +33,8 @@ LOCAL_YAML = REPO / "deploy" / "local.yaml"
 APP = "gkvtest"
 TEAM_HEADER = "X-GraniKV-Team"
 SYNC_PERIOD_S = 0.5
-TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos", "bench")  # configured teams, each with a key
+# configured teams, each with a key
+TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos", "bench")
 # Made per session, never stored in the repository.
 API_KEYS: dict[str, str] = {who: new_key() for who in (*TEAMS, OPERATOR)}
 ADMIN = {"Authorization": f"Bearer {API_KEYS[OPERATOR]}"}
