@@ -79,8 +79,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
-    keys = dict((x.strip() for x in line.split(":", 1))
-                for line in a.api_keys_file.read_text().splitlines() if ":" in line)
+    keys: dict[str, str] = {}
+    for line in a.api_keys_file.read_text().splitlines():
+        if ":" in line and not line.lstrip().startswith("#"):
+            who, key = line.split(":", 1)
+            keys[who.strip()] = key.strip()
     words = word_pool(a.tokenizer / "tokenizer.json")
     context = text_of(words, a.context_tokens, random.Random(7), f"Team {a.team} document.")
     spec = team_spec(a.team, context, a.agents, a.max_tokens)
