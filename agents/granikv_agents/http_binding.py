@@ -20,7 +20,6 @@ from pydantic import SecretStr
 
 from granikv_agents.binding import (
     TEAM_HEADER,
-    LLMCallError,
     Reply,
     TransientLLMError,
     TurnRequest,
@@ -29,6 +28,7 @@ from granikv_agents.binding import (
 )
 from granikv_agents.state import ContextPin
 from granikv_agents.team import Sampling
+from granikv_platform.protocol import NO_TEAM_CONTEXT
 
 
 class HttpTeamBackend:
@@ -97,11 +97,14 @@ class HttpTeamBackend:
 
     async def _context(self) -> dict[str, Any] | None:
         try:
-            return await self._request("GET", f"/teams/{self.team}/context")
-        except LLMCallError as e:
-            if e.status == 404 and "has no context" in e.message:
-                return None
-            raise
+            r = await self._http.request("GET", f"/teams/{self.team}/context")
+        except httpx.TransportError as e:
+            raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
+        if r.status_code == 404 and _body_type(r) == NO_TEAM_CONTEXT:
+            return None
+        if r.status_code >= 400:
+            raise status_error(r.status_code, _body_message(r))
+        return r.json()  # type: ignore[no-any-return]
 
     async def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:
@@ -111,6 +114,13 @@ class HttpTeamBackend:
         if r.status_code >= 400:
             raise status_error(r.status_code, _body_message(r))
         return r.json()  # type: ignore[no-any-return]
+
+
+def _body_type(r: httpx.Response) -> str | None:
+    try:
+        return str(r.json()["error"]["type"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _body_message(r: httpx.Response) -> str:

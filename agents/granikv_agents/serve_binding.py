@@ -1,12 +1,13 @@
 """ServeTeamBackend: the platform inside the Ray cluster, through a Serve deployment
 handle to its LLM replicas (``granikv_platform.replica.LLMReplica``), no HTTP hop.
 
-It does what the team route ``/teams/{team}/v1/chat/completions`` does: the context's
-text first, as a system message, and the request bound (``vllm_xargs``) to the team and
-its context's prefix id; the replica checks both against the registry before the
-request is admitted. The handle is duck-typed (``.method.remote()``), so this module
-imports no Ray: anything the handle raises (a replica that died, a timeout) is a
-``TransientLLMError``; error items are mapped by HTTP status.
+Its turns call what the team route ``/teams/{team}/v1/chat/completions`` calls,
+``LLMReplica.team_chat``: the replica puts the team's context first (its tokens, not
+its text) and binds the request to the context's HOT prefix, and answers 409 if the
+team's context is no longer the one this run pinned. The handle is duck-typed
+(``.method.remote()``), so this module imports no Ray: anything the handle raises (a
+replica that died, a timeout) is a ``TransientLLMError``; error items are mapped by
+HTTP status.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from granikv_agents.binding import (
     status_error,
 )
 from granikv_agents.state import ContextPin
-from granikv_platform.identity import bind_body
+from granikv_platform.protocol import NO_TEAM_CONTEXT
 
 
 class ServeTeamBackend:
@@ -33,7 +34,6 @@ class ServeTeamBackend:
         self.timeout_s = timeout_s
         self._llm = llm
         self._stream = llm.options(stream=True)  # chat/completions are generator methods
-        self._texts: dict[str, str] = {}  # prefix id -> the context text it was made of
 
     async def pin_context(self, text: str) -> ContextPin:
         current = await self._context()
@@ -47,13 +47,10 @@ class ServeTeamBackend:
         return None if record is None else context_pin(record, reused=True)
 
     async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
-        text = await self._text(context["prefix_id"])
-        body = bind_body({
-            "model": self.model, "max_tokens": request.sampling.max_tokens,
-            "temperature": request.sampling.temperature, "seed": request.sampling.seed,
-            "messages": [{"role": "system", "content": text}, *request.dicts()],
-        }, self.team, context["prefix_id"])
-        out = await self._first(body)
+        body = {"model": self.model, "max_tokens": request.sampling.max_tokens,
+                "temperature": request.sampling.temperature, "seed": request.sampling.seed,
+                "messages": request.dicts()}
+        out = await self._first(body, context["prefix_id"])
         usage = out.get("usage") or {}
         return Reply(text=out["choices"][0]["message"]["content"] or "",
                      prompt_tokens=int(usage.get("prompt_tokens", 0)),
@@ -63,22 +60,15 @@ class ServeTeamBackend:
         return None
 
     # ---- internals ------------------------------------------------------------------
-    async def _text(self, prefix_id: str) -> str:
-        if prefix_id not in self._texts:
-            current = await self._context()
-            if current is None or current["prefix_id"] != prefix_id:
-                raise LLMCallError(409, f"team {self.team!r}: its context changed during "
-                                   f"the run (was {prefix_id!r})")
-            self._texts[prefix_id] = str(current["text"])
-        return self._texts[prefix_id]
-
     async def _context(self) -> dict[str, Any] | None:
         try:
-            return await self._call("get_team_context", self.team)
-        except LLMCallError as e:
-            if e.status == 404 and "has no context" in e.message:
-                return None
-            raise
+            async with asyncio.timeout(self.timeout_s):
+                item = await self._llm.get_team_context.remote(self.team)
+        except Exception as e:  # the replica died or is restarting, or a timeout
+            raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
+        if item.get("error", {}).get("type") == NO_TEAM_CONTEXT:
+            return None
+        return _unwrap(item)
 
     async def _call(self, method: str, *args: Any) -> dict[str, Any]:
         try:
@@ -88,10 +78,14 @@ class ServeTeamBackend:
             raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
         return _unwrap(item)
 
-    async def _first(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _first(self, body: dict[str, Any], context_id: str) -> dict[str, Any]:
+        """The replica's team chat (LLMReplica.team_chat: the context prepended and the
+        request bound in the replica, a 409 if the team's context is no longer
+        ``context_id``)."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                items = [item async for item in self._stream.chat.remote(body)]
+                items = [item async for item in
+                         self._stream.team_chat.remote(self.team, body, context_id)]
         except Exception as e:
             raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
         if not items:

@@ -24,6 +24,11 @@ _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDe
           504: "GatewayTimeoutError"}
 
 
+# The error type of a team that has no shared context yet (404): clients tell it from
+# other 404s by this type, not by the message.
+NO_TEAM_CONTEXT = "NoTeamContextError"
+
+
 def error_item(status: int, message: str, type_: str | None = None) -> Item:
     return {"error": {"status": int(status), "type": type_ or _TYPES.get(status, "Error"),
                       "message": message}}

@@ -25,7 +25,7 @@ from granikv_platform.hub import hub_client
 from granikv_platform.identity import bind_body
 from granikv_platform.limits import LimitExceeded, generation_body
 from granikv_platform.placement import gpu_vllm_config
-from granikv_platform.protocol import Item, error_item, prefix_error_item
+from granikv_platform.protocol import NO_TEAM_CONTEXT, Item, error_item, prefix_error_item
 from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
@@ -65,13 +65,20 @@ class LLMReplica:
         async for item in self._serve(body, self.engine.completions):
             yield item
 
-    async def team_chat(self, team: str, body: dict[str, Any]) -> AsyncIterator[Item]:
+    async def team_chat(self, team: str, body: dict[str, Any],
+                        context_id: str | None = None) -> AsyncIterator[Item]:
         """A chat of ``team``'s agents: the team's context first, as its system message,
         and the request bound to the context's HOT prefix. The context comes from the
         local view and its tokens from its spec (rendered once, when it was set), so a
         team chat costs no registry call and no tokenization of the context. Without a
-        context it is an ordinary chat scoped to the team."""
+        context it is an ordinary chat scoped to the team. ``context_id``: the context
+        the caller expects (an agent run pinned it); another one is a 409."""
         context = await on_request_path(self.sync.fetch_context(team))
+        if context_id is not None and (context is None or context.prefix_id != context_id):
+            now = context.prefix_id if context else "none"
+            yield error_item(409, f"team {team!r}: its context changed (expected "
+                             f"{context_id!r}, now {now!r})")
+            return
         try:
             bound = bind_body(body, team, context.prefix_id if context else None)
         except ApiError as e:
@@ -167,7 +174,8 @@ class LLMReplica:
         chats use the local view, which follows within ``sync_period_s``."""
         spec = await self.hub.context(team)
         if spec is None:
-            return error_item(404, f"team {team!r} has no context; PUT /teams/{team}/context")
+            return error_item(404, f"team {team!r} has no context; PUT /teams/{team}/context",
+                              NO_TEAM_CONTEXT)
         try:
             await self.sync.ensure(team, spec.prefix_id)
         except PrefixError as e:  # replaced meanwhile
