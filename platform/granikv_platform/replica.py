@@ -73,7 +73,7 @@ class LLMReplica:
         team chat costs no registry call and no tokenization of the context. Without a
         context it is an ordinary chat scoped to the team. ``context_id``: the context
         the caller expects (an agent run pinned it); another one is a 409."""
-        context = await on_request_path(self.sync.fetch_context(team))
+        context = await on_request_path(self.sync.fetch_context(team, context_id))
         if context_id is not None and (context is None or context.prefix_id != context_id):
             now = context.prefix_id if context else "none"
             yield error_item(409, f"team {team!r}: its context changed (expected "

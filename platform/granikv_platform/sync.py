@@ -133,13 +133,19 @@ class PrefixSync:
                 return spec
         return None
 
-    async def fetch_context(self, team: str) -> PrefixSpec | None:
-        """The team's context: the local view's, else the registry's (a miss)."""
+    async def fetch_context(self, team: str, expect: str | None = None) -> PrefixSpec | None:
+        """The team's context: the local view's, else the registry's (a miss). With
+        ``expect`` (the context a caller pinned), a local view that differs asks the
+        registry too: the view may be older than a context set through another
+        replica."""
         spec = self.context(team)
-        if spec is None:
+        if spec is None or (expect is not None and spec.prefix_id != expect):
             spec = await self.hub.context(team)
             if spec is not None:
-                self.specs.setdefault(spec.prefix_id, spec)
+                for old in [s for s in self.specs.values()
+                            if s.kind == "context" and s.team == team]:
+                    del self.specs[old.prefix_id]  # replaced meanwhile
+                self.specs[spec.prefix_id] = spec
         return spec
 
     def _held(self, spec: PrefixSpec) -> bool:
