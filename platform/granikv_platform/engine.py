@@ -32,7 +32,7 @@ from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from granikv_engine.vllm_plugin.client import acontrol, aregister
-from granikv_platform.engine_stats import ThroughputLogger
+from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
 from granikv_platform.frontend import frontend_namespace
 from granikv_platform.protocol import Item, error_item, validation_message
 from granikv_platform.registry import PrefixSpec
@@ -63,8 +63,7 @@ class EngineHost:
         throughput = ThroughputLogger(vllm_config)
         llm = AsyncLLM.from_vllm_config(
             vllm_config, usage_context=UsageContext.OPENAI_API_SERVER,
-            stat_loggers=[lambda _cfg, _idx: throughput],
-            disable_log_stats=ea.disable_log_stats)
+            stat_loggers=stat_loggers(throughput), disable_log_stats=ea.disable_log_stats)
         if reinit_seed is not None:  # dummy weights: make outputs depend on the input
             await llm.collective_rpc("granikv_reinit_weights", kwargs={"seed": reinit_seed})
         state = State()
