@@ -142,20 +142,14 @@ class _Deployed(_Strict):
         default_factory=dict, description="More Ray Serve deployment options "
         "(autoscaling_config, max_queued_requests, max_replicas_per_node, "
         "logging_config, ...), as a Serve config's `deployments:` entry takes them; "
-        "validated by ray.serve.schema.DeploymentSchema.")
+        "validated by ray.serve.schema.DeploymentSchema. With autoscaling_config, "
+        "Serve chooses the number of replicas (num_replicas is not used).")
 
     @field_validator("deployment")
     @classmethod
     def _deployment(cls, v: dict[str, Any]) -> dict[str, Any]:
         return check_deployment_options(v, set(cls.model_fields) - {"deployment"},
                                         cls.section)
-
-    @model_validator(mode="after")
-    def _one_replica_count(self) -> _Deployed:
-        if "num_replicas" in self.model_fields_set and "autoscaling_config" in self.deployment:
-            raise ValueError(f"{self.section}: give num_replicas or "
-                             "deployment.autoscaling_config, not both")
-        return self
 
 
 class ReplicaConfig(_Deployed):

@@ -87,12 +87,6 @@ def test_bad_deployment_options_say_why(section: str, options: dict[str, Any],
         cfg(**{section: {"deployment": options}})
 
 
-def test_num_replicas_or_autoscaling_not_both() -> None:
-    auto = {"autoscaling_config": {"min_replicas": 1, "max_replicas": 4}}
-    with pytest.raises(ValidationError, match="not both"):
-        cfg(replicas={"num_replicas": 2, "deployment": auto})
-
-
 def test_deployment_options_reach_serve() -> None:
     auto = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 8}
     c = cfg(replicas={"max_ongoing_requests": 4, "deployment": {
@@ -108,3 +102,5 @@ def test_deployment_options_reach_serve() -> None:
     assert llm._deployment_config.autoscaling_config.max_replicas == 3
     assert llm._replica_config.max_replicas_per_node == 1
     assert ingress._deployment_config.max_queued_requests == 100
+    again = PlatformConfig.model_validate(c.model_dump(mode="json"))  # as replicas get it
+    assert replica_options(again) == opts
