@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.openai.cli_args import BaseFrontendArgs
@@ -17,6 +19,7 @@ from granikv_platform.builder import build_app
 from granikv_platform.config import PlatformConfig
 from granikv_platform.env import REPO_ROOT
 from granikv_platform.frontend import frontend_namespace
+from granikv_platform.loader import load_serve_config
 from granikv_platform.placement import replica_options
 
 BASE: dict[str, Any] = {"model": {"model_id": "tiny", "source": "deploy/models/tiny-llama"},
@@ -104,3 +107,31 @@ def test_deployment_options_reach_serve() -> None:
     assert ingress._deployment_config.max_queued_requests == 100
     again = PlatformConfig.model_validate(c.model_dump(mode="json"))  # as replicas get it
     assert replica_options(again) == opts
+
+
+def test_granikv_run_deploys_the_serve_file_as_serve_run_reads_it(tmp_path: Path) -> None:
+    """deployments: overrides, runtime_env and logging_config reach the deployed config
+    (local.start deploys ``deploy_doc`` with Serve's deploy_apps); edited args too."""
+    from ray.serve.schema import ServeDeploySchema
+
+    from granikv_platform.local import with_keys_file
+
+    doc = yaml.safe_load((REPO_ROOT / "deploy" / "local.yaml").read_text())
+    app = doc["applications"][0]
+    app["deployments"] = [{"name": "granikv-llm", "max_queued_requests": 8}]
+    app["runtime_env"] = {"env_vars": {"GRANIKV_PROBE": "1"}}
+    app["logging_config"] = {"log_level": "WARNING"}
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    served = with_keys_file(load_serve_config(path), tmp_path / "keys")
+    out = ServeDeploySchema.model_validate(served.deploy_doc("127.0.0.1", 8123))
+    assert out.http_options.port == 8123
+    (deployed,) = out.applications
+    assert deployed.deployments[0].max_queued_requests == 8
+    assert deployed.runtime_env == {"env_vars": {"GRANIKV_PROBE": "1"}}
+    assert deployed.logging_config.log_level == "WARNING"
+    assert deployed.args["auth"]["keys_file"] == str(tmp_path / "keys")
+    app["deployments"] = [{"name": "granikv-llm2", "num_replicas": 2}]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ValueError, match=r"granikv-llm2.* is none of its deployments"):
+        load_serve_config(path)
