@@ -39,7 +39,7 @@ def queue_app(ray_serve: int, base_url: str, tmp_path_factory: pytest.TempPathFa
 
 
 def test_a_full_queue_is_a_503_with_retry_after(queue_app: str) -> None:
-    body = {"model": "tiny-llama", "prompt": "a", "max_tokens": 200, "ignore_eos": True}
+    body = {"model": "tiny-llama", "prompt": "a", "max_tokens": 60, "ignore_eos": True}
     headers = {"Authorization": f"Bearer {API_KEYS['red']}"}
 
     def post(_: int) -> httpx.Response:
