@@ -30,7 +30,8 @@ from tests.reliability.figures import record
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 Client = Callable[[str | None], httpx.Client]
 MODEL = "tiny-llama"
-OPEN_PATHS = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+OPEN_PATHS = {"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
+              "/redoc"}
 OPS_PATHS = {"/metrics", "/v1/granikv/stats", "/teams"}  # the operator key's
 FIGURES: dict[str, Any] = {}
 
@@ -50,7 +51,7 @@ def routes(base_url: str) -> list[tuple[str, str]]:
     out = []
     for path, ops in doc["paths"].items():
         concrete = path.replace("{prefix_id}", "red-probe").replace(
-            "{run_id}", "run-0000000000000000")
+            "{run_id}", "run-0000000000000000").replace("{model_id}", MODEL)
         assert "{" not in concrete, f"fill in the parameter of {path}"
         out += [(m.upper(), concrete) for m in ops if m in ("get", "post", "put", "delete")]
     return out
@@ -86,7 +87,7 @@ def test_every_route_needs_a_valid_key(base_url: str) -> None:
             r = c.get(path, headers=auth("red"))
             assert is_openai_error(r, 403) and "operator key" in r.json()["error"]["message"]
             seen["team_refused_403"] += 1
-        assert c.get("/healthz").status_code == 200
+        assert c.get("/healthz").status_code == 200 and c.get("/readyz").status_code == 200
     FIGURES["routes"] = {"operations_in_openapi": len(ops), **seen}
 
 
