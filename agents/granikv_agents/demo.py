@@ -166,3 +166,23 @@ def format_stats(stats: dict[str, Any]) -> list[str]:
             f"{fe.get('running', 0)} waiting {fe.get('waiting', 0)}",
         ]
     return lines
+
+
+def quickstart(root: str, model: str, team: str | None, key: str | None) -> list[str]:
+    """Copy-paste lines for the first request of a newcomer: curl and the OpenAI SDK on
+    the team's OpenAI root (its context first, from HOT)."""
+    base = f"{root}/teams/{team}/v1" if team else f"{root}/v1"
+    key = key or "<your API key>"
+    body = json.dumps({"model": model, "max_tokens": 32,
+                       "messages": [{"role": "user", "content": "Say hello."}]})
+    return [
+        f"model: {model}   OpenAI root: {base}",
+        "try it with curl:",
+        f"  curl -s {base}/chat/completions -H 'Authorization: Bearer {key}' \\",
+        f"    -H 'Content-Type: application/json' -d '{body}'",
+        "or from Python (pip install openai):",
+        "  from openai import OpenAI",
+        f"  client = OpenAI(base_url={base!r}, api_key={key!r})",
+        f"  print(client.chat.completions.create(model={model!r}, max_tokens=32, "
+        "messages=[{'role': 'user', 'content': 'Say hello.'}]).choices[0].message.content)",
+    ]

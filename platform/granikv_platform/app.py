@@ -1,19 +1,22 @@
 """create_app: the ingress's FastAPI app for one PlatformConfig.
 
 Routes:
-- OpenAI: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (SSE with
-  ``stream: true``); a request binds to a prefix with ``vllm_xargs``.
+- OpenAI: GET /v1/models, GET /v1/models/{id}, POST /v1/completions,
+  POST /v1/chat/completions (SSE with ``stream: true``); a request binds to a prefix
+  with ``vllm_xargs``. vLLM's POST /tokenize and POST /detokenize.
 - Prefixes of the calling team: POST/GET /v1/prefixes, GET/DELETE /v1/prefixes/{id}.
-- Per configured team, under /teams/{team}: PUT/GET /context, GET /v1/models,
-  POST /v1/chat/completions (the team context first, bound to its HOT prefix), and the
-  routers of ``config.team_routers``.
-- Operations: GET /metrics (Prometheus), GET /v1/granikv/stats, GET /teams, GET /healthz.
+- Per configured team, under /teams/{team}: PUT/GET /context, GET /v1/models(/{id}),
+  POST /v1/chat/completions (the team context first, bound to its HOT prefix),
+  POST /v1/completions (scoped to the team), and the routers of ``config.team_routers``.
+- Operations: GET /metrics (Prometheus), GET /v1/granikv/stats, GET /teams, GET /healthz
+  (liveness), GET /readyz (503 until an LLM replica has reported).
 
 Access (``config.auth``, auth.py and identity.py): every route needs an API key except
-GET /healthz and the OpenAPI document (/openapi.json, /docs), and it is checked before
-routing (team_gate.py: no path or team name can be probed without a key); /metrics and
-/v1/granikv/stats need the operator key. Bodies over ``limits.max_body_bytes`` are 413;
-a body that is not one JSON object sent as ``application/json`` is 400 or 415 (body.py).
+GET /healthz, GET /readyz and the OpenAPI document (/openapi.json, /docs), and it is
+checked before routing (team_gate.py: no path or team name can be probed without a
+key); /metrics and /v1/granikv/stats need the operator key. Bodies over
+``limits.max_body_bytes`` are 413; a body that is not one JSON object sent as
+``application/json`` is 400 or 415 (body.py).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from granikv_platform.deps import Authenticated, enter_team
 from granikv_platform.env import PlatformEnv
 from granikv_platform.errors import install_error_handlers
 from granikv_platform.limits import BodyLimit
-from granikv_platform.routes import openai, ops, prefixes, teams
+from granikv_platform.routes import openai, ops, prefixes, team_openai, teams, tokens
 from granikv_platform.team_gate import TeamGate
 
 
@@ -48,6 +51,7 @@ def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAP
     app.add_middleware(TeamGate, teams=frozenset(t.name for t in cfg.teams))
     install_error_handlers(app)
     app.include_router(openai.router(cfg))
+    app.include_router(tokens.router())
     app.include_router(prefixes.router())
     app.include_router(ops.router(cfg))
     for path in cfg.extra_routers:  # any valid key (deps.py for finer checks)
@@ -56,6 +60,7 @@ def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAP
         mount = {"prefix": f"/teams/{team.name}",
                  "dependencies": [Depends(enter_team(team.name))]}  # caller == team
         app.include_router(teams.router(cfg, team), **mount)  # type: ignore[arg-type]
+        app.include_router(team_openai.router(cfg, team), **mount)  # type: ignore[arg-type]
         for path in cfg.team_routers:
             app.include_router(_team_factory(path)(team), **mount)  # type: ignore[arg-type]
     return app

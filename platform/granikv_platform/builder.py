@@ -20,6 +20,7 @@ from granikv_platform.config import PlatformConfig, ServiceConfig
 from granikv_platform.ingress import Ingress
 from granikv_platform.placement import replica_options
 from granikv_platform.replica import LLMReplica
+from granikv_platform.serve_options import merge_deployment_options
 
 
 def build_app(args: dict[str, Any] | PlatformConfig) -> Application:
@@ -27,10 +28,11 @@ def build_app(args: dict[str, Any] | PlatformConfig) -> Application:
     data = cfg.model_dump(mode="json")  # plain data travels to the replicas
     llm = serve.deployment(**replica_options(cfg))(LLMReplica).bind(data)
     ing = cfg.ingress
-    ingress = serve.deployment(
-        name=f"{cfg.name}-ingress", num_replicas=ing.num_replicas,
-        max_ongoing_requests=ing.max_ongoing_requests,
-        ray_actor_options={"num_cpus": ing.num_cpus})(serve.ingress()(Ingress))
+    ingress = serve.deployment(**merge_deployment_options({
+        "name": f"{cfg.name}-ingress", "num_replicas": ing.num_replicas,
+        "max_ongoing_requests": ing.max_ongoing_requests,
+        "ray_actor_options": {"num_cpus": ing.num_cpus}}, ing.deployment),
+    )(serve.ingress()(Ingress))
     services = {s.name: _service(cfg, s, llm, data) for s in cfg.services}
     return ingress.bind(llm, data, services)
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from functools import cache
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from granikv_engine.config import GraniKVConfig
-from granikv_platform.env import REPO_ROOT
+from granikv_platform.env import resolve_path
+from granikv_platform.frontend import check_frontend
+from granikv_platform.serve_options import check_deployment_options
 
 TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 # Engine arguments the platform sets itself, from the fields named here.
@@ -29,14 +30,6 @@ _OWNED_KWARGS = {
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def resolve_path(raw: str) -> Path | None:
-    """An existing local path, tried as given, then relative to the repository root."""
-    for p in (Path(raw).expanduser(), REPO_ROOT / raw):
-        if p.exists():
-            return p.resolve()
-    return None
 
 
 class ModelConfig(_Strict):
@@ -141,7 +134,26 @@ class TeamConfig(_Strict):
         return self
 
 
-class ReplicaConfig(_Strict):
+class _Deployed(_Strict):
+    """A section that is one Serve deployment, with Serve's other options passed through."""
+
+    section: ClassVar[str] = ""
+    deployment: dict[str, Any] = Field(
+        default_factory=dict, description="More Ray Serve deployment options "
+        "(autoscaling_config, max_queued_requests, max_replicas_per_node, "
+        "logging_config, ...), as a Serve config's `deployments:` entry takes them; "
+        "validated by ray.serve.schema.DeploymentSchema. With autoscaling_config, "
+        "Serve chooses the number of replicas (num_replicas is not used).")
+
+    @field_validator("deployment")
+    @classmethod
+    def _deployment(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_deployment_options(v, set(cls.model_fields) - {"deployment"},
+                                        cls.section)
+
+
+class ReplicaConfig(_Deployed):
+    section: ClassVar[str] = "replicas"
     num_replicas: int = Field(1, ge=1, description="LLM replicas (one engine each).")
     num_cpus: float = Field(1.0, ge=0, description="Logical CPUs the replica actor "
                             "reserves (on CPU, <= 1 lets several replicas share a node).")
@@ -165,7 +177,8 @@ class ReplicaConfig(_Strict):
                                         "VLLM_CPU_KVCACHE_SPACE).")
 
 
-class IngressConfig(_Strict):
+class IngressConfig(_Deployed):
+    section: ClassVar[str] = "ingress"
     num_replicas: int = Field(1, ge=1, description="HTTP ingress replicas.")
     num_cpus: float = Field(0.1, ge=0, description="Logical CPUs per ingress replica.")
     max_ongoing_requests: int = Field(1024, ge=1, description="Per-ingress concurrency cap.")
@@ -198,8 +211,9 @@ class LimitsConfig(_Strict):
     max_prefix_tokens: int | None = Field(None, ge=1, description="Largest prefix or team "
                                           "context (400 above); default max_model_len - 1.")
     max_tokens: int = Field(4096, ge=1, description="Largest max_tokens / "
-                            "max_completion_tokens (400 above); also the default of a "
-                            "request that gives none.")
+                            "max_completion_tokens a request may ask for (400 above); a "
+                            "request that gives none gets vLLM's default (the room left "
+                            "in max_model_len).")
     max_choices: int = Field(8, ge=1, description="Largest n and best_of (400 above).")
 
 
@@ -251,6 +265,11 @@ class PlatformConfig(_Strict):
     registry: RegistryConfig = Field(default_factory=lambda: RegistryConfig.model_validate({}))
     auth: AuthConfig = Field(default_factory=lambda: AuthConfig.model_validate({}))
     limits: LimitsConfig = Field(default_factory=lambda: LimitsConfig.model_validate({}))
+    frontend: dict[str, Any] = Field(
+        default_factory=dict, description="vLLM's front-end options, as `vllm serve` "
+        "takes them (enable_auto_tool_choice, tool_call_parser, chat_template, "
+        "enable_prompt_tokens_details, response_role, ...): the fields of "
+        "vllm.entrypoints.openai.cli_args.BaseFrontendArgs, validated by vLLM.")
     teams: list[TeamConfig] = Field(default_factory=list, description="Teams that get "
                                     "/teams/{team}/... routes.")
     extra_routers: list[str] = Field(default_factory=list, description="'module:factory' "
@@ -279,6 +298,11 @@ class PlatformConfig(_Strict):
         if dup:
             raise ValueError(f"duplicate services {dup}")
         return v
+
+    @field_validator("frontend")
+    @classmethod
+    def _frontend(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_frontend(v)
 
     @field_validator("extra_routers", "team_routers")
     @classmethod

@@ -12,26 +12,29 @@ Answers cross the Ray boundary as plain items (``protocol.py``): ``{"json": body
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.openai.api_server import init_app_state
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-from vllm.entrypoints.openai.cli_args import FrontendArgs
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ErrorResponse
-from vllm.entrypoints.serve.tokenize.protocol import TokenizeChatRequest
+from vllm.entrypoints.serve.tokenize.protocol import (
+    DetokenizeRequest,
+    TokenizeChatRequest,
+    TokenizeRequest,
+)
 from vllm.entrypoints.serve.utils.error_response import create_error_response
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from granikv_engine.vllm_plugin.client import acontrol, aregister
-from granikv_platform.engine_stats import ThroughputLogger
+from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
+from granikv_platform.frontend import frontend_namespace
 from granikv_platform.protocol import Item, error_item, validation_message
 from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls
@@ -78,21 +81,23 @@ class EngineHost:
     @classmethod
     async def start(cls, engine_args: dict[str, Any], vllm_config: Any = None,
                     reinit_seed: int | None = None,
-                    max_prompt_tokens: int | None = None) -> EngineHost:
+                    max_prompt_tokens: int | None = None,
+                    frontend: dict[str, Any] | None = None) -> EngineHost:
         """``vllm_config``: built elsewhere (on a GPU, see placement.py), else here.
-        ``max_prompt_tokens``: refuse longer prompts (400) below max_model_len."""
+        ``max_prompt_tokens``: refuse longer prompts (400) below max_model_len.
+        ``frontend``: vLLM's front-end options (``config.frontend``: tool calling, chat
+        template, ...) for its serving objects."""
         ea = AsyncEngineArgs(**engine_args)
         if vllm_config is None:
             vllm_config = make_vllm_config(engine_args)
         throughput = ThroughputLogger(vllm_config)
         llm = AsyncLLM.from_vllm_config(
             vllm_config, usage_context=UsageContext.OPENAI_API_SERVER,
-            stat_loggers=[lambda _cfg, _idx: throughput],
-            disable_log_stats=ea.disable_log_stats)
+            stat_loggers=stat_loggers(throughput), disable_log_stats=ea.disable_log_stats)
         if reinit_seed is not None:  # dummy weights: make outputs depend on the input
             await llm.collective_rpc("granikv_reinit_weights", kwargs={"seed": reinit_seed})
         state = State()
-        args = argparse.Namespace(**(vars(FrontendArgs()) | vars(ea)))
+        args = frontend_namespace(frontend or {}, ea)
         await init_app_state(llm, state, args,
                              supported_tasks=await llm.get_supported_tasks())
         splice_context(state.openai_serving_chat)
@@ -155,6 +160,22 @@ class EngineHost:
             yield item
 
     # ---- tokens -------------------------------------------------------------------
+    async def tokenize_body(self, body: dict[str, Any]) -> Item:
+        """``POST /tokenize`` of ``vllm serve``: a prompt or chat messages -> token ids."""
+        try:
+            request = _TOKENIZE.validate_python(body)
+        except ValidationError as e:
+            return error_item(422, validation_message(e))
+        return await _unary(self.state.serving_tokenization.create_tokenize(request, None))
+
+    async def detokenize_body(self, body: dict[str, Any]) -> Item:
+        """``POST /detokenize`` of ``vllm serve``: token ids -> text."""
+        try:
+            request = DetokenizeRequest.model_validate(body)
+        except ValidationError as e:
+            return error_item(422, validation_message(e))
+        return await _unary(self.state.serving_tokenization.create_detokenize(request, None))
+
     async def render_system(self, text: str) -> list[int]:
         """Token ids of ``text`` as a lone system message through the chat template,
         without a generation prompt: the exact head of every conversation that starts
@@ -251,6 +272,19 @@ def splice_context(serving: Any) -> None:
 def make_vllm_config(engine_args: dict[str, Any]) -> Any:
     ea = AsyncEngineArgs(**engine_args)
     return ea.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+
+
+_TOKENIZE: TypeAdapter[TokenizeRequest] = TypeAdapter(TokenizeRequest)
+
+
+async def _unary(call: Any) -> Item:
+    try:
+        out = await call
+    except Exception as e:  # vllm serve's exception handlers, as an item
+        out = create_error_response(e)
+    if isinstance(out, ErrorResponse):
+        return error_item(out.error.code, out.error.message, out.error.type)
+    return {"json": out.model_dump(mode="json")}
 
 
 async def _items(out: Any) -> AsyncIterator[Item]:

@@ -1,8 +1,14 @@
-"""Front-end engine statistics: queue depth and token throughput of one AsyncLLM.
+"""Front-end engine statistics of one AsyncLLM: vLLM's own metrics, and the few numbers
+the replica reports.
 
 vLLM hands every engine iteration's ``SchedulerStats`` / ``IterationStats`` to its stat
-loggers in the front-end process; ``ThroughputLogger`` keeps the few numbers /metrics
-shows. (GraniKV's own counters come from the engine core's ``stats`` control call.)
+loggers in the front-end process (``stat_loggers``):
+- vLLM's ``RayPrometheusStatLogger`` (as Ray Serve LLM uses it): all of vLLM's metrics
+  (TTFT, inter-token latency, end-to-end latency, prefix-cache queries and hits, KV cache
+  usage, queue depth, ...) through ``ray.util.metrics``, exported by Ray's metrics agent
+  on every node with a ``ReplicaId`` tag, next to Serve's own metrics;
+- ``ThroughputLogger``: queue depth and token throughput, for the replica's report
+  (/v1/granikv/stats). GraniKV's own counters come from the engine core's ``stats``.
 """
 
 from __future__ import annotations
@@ -12,6 +18,13 @@ from collections import deque
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
+
+
+def stat_loggers(throughput: ThroughputLogger) -> list[Any]:
+    """vLLM stat logger factories of a replica's AsyncLLM (in a Ray worker)."""
+    from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger  # imports Ray
+
+    return [lambda _cfg, _idx: throughput, RayPrometheusStatLogger]
 
 
 class ThroughputLogger(StatLoggerBase):

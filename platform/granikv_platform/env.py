@@ -8,10 +8,31 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_LOCAL_CONFIG = REPO_ROOT / "deploy" / "local.yaml"
+# The package's copy of deploy/ (a link in a checkout; files in an installed wheel).
+PACKAGE_DATA = Path(str(resources.files("granikv_platform")))
+
+
+def data_path(rel: str) -> Path:
+    """A file of the repository's deploy/ folder (``rel`` starts with ``deploy/``): the
+    checkout's, else the installed package's."""
+    checkout = REPO_ROOT / rel
+    return checkout if checkout.exists() else PACKAGE_DATA / rel
+
+
+def resolve_path(raw: str) -> Path | None:
+    """An existing local path, tried as given, then relative to the repository root,
+    then in the package's data (``deploy/...`` outside a checkout)."""
+    for p in (Path(raw).expanduser(), REPO_ROOT / raw, PACKAGE_DATA / raw):
+        if p.exists():
+            return p.resolve()
+    return None
+
+
+DEFAULT_LOCAL_CONFIG = data_path("deploy/local.yaml")
 
 
 @dataclass(frozen=True)

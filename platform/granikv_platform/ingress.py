@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -45,8 +46,11 @@ class Ingress:
 
     async def call(self, method: str, *args: Any) -> Item:
         """A unary LLMReplica method (Serve picks the replica)."""
-        async with asyncio.timeout(self.cfg.ingress.request_timeout_s):
-            return await getattr(self.llm, method).remote(*args)  # type: ignore[no-any-return]
+        try:
+            async with asyncio.timeout(self.cfg.ingress.request_timeout_s):
+                return await getattr(self.llm, method).remote(*args)  # type: ignore[no-any-return]
+        except _SERVE_HANDLED as e:  # a full queue or no replica: 503, Retry-After
+            raise unavailable(e) from e
 
     async def openai(self, method: str, *args: Any) -> Response:
         """Run a chat/completions method of a replica: one JSON answer, or an SSE
@@ -57,6 +61,8 @@ class Ingress:
                 first: Item = await gen.__anext__()
         except StopAsyncIteration:
             return error_response(error_item(500, "the replica returned nothing"))
+        except _SERVE_HANDLED as e:
+            raise unavailable(e) from e
         if "error" in first:
             return error_response(first)
         if "json" in first:
@@ -67,6 +73,12 @@ class Ingress:
         """Latest stats of the live replicas (those that reported recently)."""
         max_age = 3 * self.cfg.replicas.sync_period_s + 5.0
         return await self.hub.live_reports(max_age)
+
+
+# Serve installs its own handlers for these on the ingress app (replacing the app's:
+# a plain 503 without Retry-After); raised as ApiError they get the app's OpenAI-shaped
+# 503 with Retry-After.
+_SERVE_HANDLED = (BackPressureError, DeploymentUnavailableError)
 
 
 async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:

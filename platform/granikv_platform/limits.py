@@ -4,8 +4,9 @@
   Content-Length header before anything is read, or as soon as a streamed body passes
   the limit.
 - max_tokens and n: ``generation_body``, applied by the LLM replica to every chat and
-  completion (HTTP routes and the agents' Serve-handle calls alike); a request without
-  max_tokens gets the limit as its default.
+  completion (HTTP routes and the agents' Serve-handle calls alike). The limit caps what
+  a request asks for; a request that asks for nothing gets vLLM's default (what fits in
+  max_model_len after its prompt), as from ``vllm serve``.
 - Prompt and prefix tokens: counted where the tokens are known, in the replica
   (``EngineHost`` after the chat template; ``LLMReplica`` for prefixes).
 """
@@ -73,7 +74,7 @@ class LimitExceeded(ValueError):
 
 
 def generation_body(body: dict[str, Any], limits: LimitsConfig) -> dict[str, Any]:
-    """``body`` with max_tokens defaulted; LimitExceeded when over a limit."""
+    """``body`` unchanged; LimitExceeded when it asks for more than a limit."""
     caps = {"max_tokens": ("max_tokens", limits.max_tokens),
             "max_completion_tokens": ("max_tokens", limits.max_tokens),
             "n": ("max_choices", limits.max_choices),
@@ -83,8 +84,6 @@ def generation_body(body: dict[str, Any], limits: LimitsConfig) -> dict[str, Any
         if _number(value) and value > limit:
             raise LimitExceeded(f"{key} {value} exceeds this platform's limit "
                                 f"({limit}, limits.{name})")
-    if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
-        return {**body, "max_tokens": limits.max_tokens}
     return body
 
 

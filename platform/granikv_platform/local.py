@@ -1,32 +1,60 @@
 """A local Ray cluster running the applications of a Serve config file (``make run``),
-and the API keys of such a run."""
+and the API keys of such a run.
+
+The file is deployed the way ``serve run FILE`` deploys it (Ray's ``serve_start`` and
+the controller's ``deploy_apps``, the two private symbols used here), so its
+``deployments:`` overrides, ``runtime_env``, ``logging_config`` and ``proxy_location``
+apply as they would there.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import signal
 import threading
+import time
 from pathlib import Path
 
 import ray
 from ray import serve
+from ray.serve._private import api as serve_api
+from ray.serve.schema import ServeDeploySchema
 
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
-from granikv_platform.builder import build_app
 from granikv_platform.loader import ServeFile
 
 
 def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | None = None,
-          verbose: bool = False) -> str:
+          verbose: bool = False, timeout_s: float = 900.0) -> str:
     """Start (or join) Ray, start Serve's HTTP proxy, deploy every application and wait
     until each is running. Returns the base URL."""
     ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose,
              namespace="granikv")
     stop_on_sigterm()  # ray.init replaced the handler (and Ray's native one may abort)
-    serve.start(http_options={"host": host, "port": port})
-    for app in serve_file.apps:
-        serve.run(build_app(app.config), name=app.name, route_prefix=app.route_prefix)
+    schema = ServeDeploySchema.model_validate(serve_file.deploy_doc(host, port))
+    client = serve_api.serve_start(http_options=schema.http_options.model_dump(),
+                                   proxy_location=schema.proxy_location)
+    client.deploy_apps(schema)
+    wait_running([a.name for a in serve_file.apps], timeout_s)
     return f"http://{host}:{port}"
+
+
+def wait_running(names: list[str], timeout_s: float) -> None:
+    """Until every application named is RUNNING; RuntimeError with Serve's message when
+    one fails to deploy."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        apps = serve.status().applications
+        states = {n: apps[n].status if n in apps else "NOT_STARTED" for n in names}
+        failed = [n for n in names if states[n] == "DEPLOY_FAILED"]
+        if failed:
+            raise RuntimeError(f"application {failed[0]} failed to deploy: "
+                               f"{apps[failed[0]].message}")
+        if all(s == "RUNNING" for s in states.values()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"applications not running after {timeout_s:.0f} s: {states}")
+        time.sleep(0.5)
 
 
 def stop() -> None:

@@ -1,7 +1,10 @@
 """Prometheus text for /metrics, from the replicas' latest reports (``LLMReplica.stats``).
 
 Every replica reports every ``sync_period_s`` to the registry hub; the ingress renders
-what the live ones said, one label set per replica. Pure: no Ray, no vLLM.
+what the live ones said, one label set per replica. Each family has one meaning, so that
+summing it over its labels means something: capacity and use are separate families, and
+a label is never empty. vLLM's own metrics (latencies, prefix cache, KV usage) are
+exported by Ray's metrics agent (engine_stats.py). Pure: no Ray, no vLLM.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_LABELS = ["replica", "model"]
 
 
 class _Families:
@@ -22,12 +24,13 @@ class _Families:
 
     def add(self, kind: str, name: str, doc: str, labels: Mapping[str, str],
             value: float, extra: Mapping[str, str] | None = None) -> None:
-        names = _LABELS + sorted(extra or {})
+        all_labels = {**labels, **(extra or {})}
+        names = sorted(all_labels)
         if name not in self.out:
             cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
             self.out[name] = cls(name, doc, labels=names)
-        values = [labels[k] for k in _LABELS] + [(extra or {})[k] for k in sorted(extra or {})]
-        self.out[name].add_metric(values, float(value))  # type: ignore[attr-defined]
+        self.out[name].add_metric([all_labels[k] for k in names],  # type: ignore[attr-defined]
+                                  float(value))
 
 
 def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> None:
@@ -36,14 +39,18 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
     hot, cold = g.get("hot", {}), g.get("cold", {})
     hits, events = g.get("hits", {}), g.get("events", {})
     f.add("gauge", "granikv_replica_up", "1 per live LLM replica.", labels, 1)
-    for kind in ("capacity", "used", "pinned", "referenced", "free"):
-        f.add("gauge", "granikv_hot_slots", "HOT arena slots (tokens) by kind.", labels,
-              hot.get(kind, 0), {"kind": kind})
+    for kind, doc in (("capacity", "HOT arena size"), ("used", "HOT slots in use"),
+                      ("pinned", "HOT slots of pinned prefixes"),
+                      ("referenced", "HOT slots running requests read"),
+                      ("free", "free HOT slots")):
+        f.add("gauge", f"granikv_hot_{kind}_slots", f"{doc} (tokens).", labels,
+              hot.get(kind, 0))
     f.add("gauge", "granikv_hot_fragmentation", "1 - largest free HOT run / free HOT slots.",
           labels, hot.get("fragmentation", 0.0))
-    for kind in ("capacity", "used", "free"):
-        f.add("gauge", "granikv_cold_slots", "COLD pool slots (tokens) by kind.", labels,
-              cold.get(kind, 0), {"kind": kind})
+    for kind, doc in (("capacity", "COLD pool size"), ("used", "COLD slots in use"),
+                      ("free", "free COLD slots")):
+        f.add("gauge", f"granikv_cold_{kind}_slots", f"{doc} (tokens).", labels,
+              cold.get(kind, 0))
     f.add("gauge", "granikv_cold_usage_ratio", "COLD pool usage.", labels, cold.get("usage", 0))
     for state, n in g.get("prefixes", {}).items():
         f.add("gauge", "granikv_prefixes", "Registered prefixes by state.", labels, n,
@@ -109,8 +116,7 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         f = _Families()
-        f.add("gauge", "granikv_replicas", "Live LLM replicas.", {"replica": "", "model": ""},
-              len(self.reports))
+        f.add("gauge", "granikv_replicas", "Live LLM replicas.", {}, len(self.reports))
         for rid, r in sorted(self.reports.items()):
             _replica(f, {"replica": rid, "model": str(r.get("model", ""))}, r)
         yield from f.out.values()

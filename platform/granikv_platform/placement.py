@@ -18,6 +18,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from granikv_platform.config import PlatformConfig
+from granikv_platform.serve_options import merge_deployment_options
 
 
 def uses_placement_group(cfg: PlatformConfig) -> bool:
@@ -46,7 +47,7 @@ def replica_options(cfg: PlatformConfig) -> dict[str, Any]:
         opts["placement_group_bundles"] = [{"CPU": r.num_cpus, "GPU": 1}] + [
             {"GPU": 1} for _ in range(tp - 1)]
         opts["placement_group_strategy"] = "PACK"
-    return opts
+    return merge_deployment_options(opts, r.deployment)
 
 
 async def gpu_vllm_config(cfg: PlatformConfig, engine_args: dict[str, Any]) -> Any:

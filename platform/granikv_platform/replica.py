@@ -46,7 +46,8 @@ class LLMReplica:
         seed = self.cfg.engine.weight_seed if (
             self.cfg.engine.dummy_weights and self.cfg.engine.reinit_dummy_weights) else None
         self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed,
-                                             self.cfg.limits.max_prompt_tokens)
+                                             self.cfg.limits.max_prompt_tokens,
+                                             self.cfg.frontend)
         self.engine.calls = self.calls
         self.sync = PrefixSync(self.engine, self.hub)
         self.inflight = 0
@@ -115,6 +116,12 @@ class LLMReplica:
                 yield item
         finally:
             self.inflight -= 1
+
+    async def tokenize(self, body: dict[str, Any]) -> Item:
+        return await self.engine.tokenize_body(body)
+
+    async def detokenize(self, body: dict[str, Any]) -> Item:
+        return await self.engine.detokenize_body(body)
 
     # ---- prefix API (scoped to the calling team) ------------------------------------
     async def register_prefix(self, team: str, body: dict[str, Any]) -> Item:

@@ -43,10 +43,10 @@ def test_render_reports_every_family() -> None:
     def at(name: str, **extra: str) -> float:
         return got[(name, tuple(sorted((*r1, *extra.items()))))]
 
-    assert got[("granikv_replicas", (("model", ""), ("replica", "")))] == 2
-    assert at("granikv_hot_slots", kind="used") == 600
-    assert at("granikv_hot_slots", kind="pinned") == 465
-    assert at("granikv_cold_slots", kind="capacity") == 1000
+    assert got[("granikv_replicas", ())] == 2
+    assert at("granikv_hot_used_slots") == 600 and at("granikv_hot_capacity_slots") == 8192
+    assert at("granikv_hot_pinned_slots") == 465 and at("granikv_hot_free_slots") == 7592
+    assert at("granikv_cold_capacity_slots") == 1000 and at("granikv_cold_used_slots") == 100
     assert at("granikv_pinned_prefixes") == 3
     assert at("granikv_prefixes", state="ready") == 2
     assert at("granikv_prefix_hits_total") == 5
@@ -60,8 +60,9 @@ def test_render_reports_every_family() -> None:
     assert at("granikv_generation_tokens_per_second") == 12.5
     assert at("granikv_queue_depth", queue="waiting") == 1
     assert ("granikv_prefix_hits_total", (("model", "tiny"), ("replica", "r2"))) in got
+    assert all(v for _, labels in got for _, v in labels)  # no empty label values
 
 
 def test_render_without_replicas() -> None:
     got = samples(render({}).decode())
-    assert got == {("granikv_replicas", (("model", ""), ("replica", ""))): 0.0}
+    assert got == {("granikv_replicas", ()): 0.0}

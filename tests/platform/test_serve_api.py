@@ -237,13 +237,14 @@ def test_metrics_endpoint(client: Client) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     fams = {f.name: f for f in text_string_to_metric_families(r.text)}
     assert fams["granikv_replicas"].samples[0].value == 2
-    for name in ("granikv_hot_slots", "granikv_cold_slots", "granikv_pinned_prefixes",
+    for name in ("granikv_hot_used_slots", "granikv_cold_capacity_slots",
+                 "granikv_pinned_prefixes",
                  "granikv_prefix_hits", "granikv_prefix_misses", "granikv_dispatch_groups",
                  "granikv_dispatch_regimes", "granikv_generation_tokens_per_second",
                  "granikv_queue_depth"):
         assert name in fams, name
     assert sum(s.value for s in fams["granikv_pinned_prefixes"].samples) >= 2
-    used = [s.value for s in fams["granikv_hot_slots"].samples if s.labels["kind"] == "used"]
+    used = [s.value for s in fams["granikv_hot_used_slots"].samples]
     assert len(used) == 2 and min(used) > 0
 
 

@@ -11,13 +11,25 @@ from vllm.entrypoints.openai.engine.protocol import ModelCard, ModelList
 
 from granikv_platform.config import PlatformConfig
 from granikv_platform.deps import Ing, OptionalTeam, RawBody
+from granikv_platform.errors import ApiError
 from granikv_platform.identity import bind_body
 
 
+def model_card(cfg: PlatformConfig) -> ModelCard:
+    """The served model as OpenAI lists it: its id (never the server's file path)."""
+    return ModelCard(id=cfg.model.model_id, owned_by="granikv", root=cfg.model.model_id,
+                     max_model_len=cfg.engine.engine_kwargs.get("max_model_len"))
+
+
 def model_list(cfg: PlatformConfig) -> ModelList:
-    return ModelList(data=[ModelCard(
-        id=cfg.model.model_id, owned_by="granikv", root=cfg.model.model_id,
-        max_model_len=cfg.engine.engine_kwargs.get("max_model_len"))])
+    return ModelList(data=[model_card(cfg)])
+
+
+def find_model(cfg: PlatformConfig, model_id: str) -> ModelCard:
+    """``GET /v1/models/{id}``: the card, or an OpenAI-shaped 404."""
+    if model_id != cfg.model.model_id:
+        raise ApiError(404, f"The model `{model_id}` does not exist.")
+    return model_card(cfg)
 
 
 def router(cfg: PlatformConfig) -> APIRouter:
@@ -26,6 +38,10 @@ def router(cfg: PlatformConfig) -> APIRouter:
     @r.get("/v1/models", response_model=ModelList)
     async def models(_: OptionalTeam) -> ModelList:
         return model_list(cfg)
+
+    @r.get("/v1/models/{model_id:path}", response_model=ModelCard)
+    async def model(model_id: str, _: OptionalTeam) -> ModelCard:
+        return find_model(cfg, model_id)
 
     @r.post("/v1/chat/completions")
     async def chat(team: OptionalTeam, _: ChatCompletionRequest, body: RawBody,

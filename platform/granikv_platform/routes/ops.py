@@ -1,8 +1,10 @@
 """Operations: /metrics (Prometheus), /v1/granikv/stats (the same, as JSON), /teams,
-/healthz.
+/healthz (liveness), /readyz (readiness).
 
 /metrics and /v1/granikv/stats need the operator key: they show every team's prefix ids
-and traffic. /teams needs any key; /healthz none (liveness probes).
+and traffic. /teams needs any key; /healthz and /readyz none (probes). /healthz answers
+while the ingress runs; /readyz answers 503 until an LLM replica has reported (started,
+reconciled with the registry), so a load balancer sends no traffic before one can serve.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from starlette.responses import Response
 from granikv_platform import metrics
 from granikv_platform.config import PlatformConfig
 from granikv_platform.deps import Authenticated, Ing, Operator
+from granikv_platform.errors import error_response
+from granikv_platform.protocol import error_item
 
 
 def router(cfg: PlatformConfig) -> APIRouter:
@@ -39,5 +43,12 @@ def router(cfg: PlatformConfig) -> APIRouter:
     @r.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @r.get("/readyz", response_model=None)
+    async def readyz(ing: Ing) -> Response | dict[str, Any]:
+        live = await ing.reports()
+        if not live:
+            return error_response(error_item(503, "no LLM replica has reported yet"))
+        return {"status": "ready", "replicas": len(live)}
 
     return r
