@@ -34,7 +34,7 @@ APP = "gkvtest"
 TEAM_HEADER = "X-GraniKV-Team"
 SYNC_PERIOD_S = 0.5
 # configured teams, each with a key
-TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos", "bench")
+TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos", "bench", "plain")
 # Made per session, never stored in the repository.
 API_KEYS: dict[str, str] = {who: new_key() for who in (*TEAMS, OPERATOR)}
 ADMIN = {"Authorization": f"Bearer {API_KEYS[OPERATOR]}"}
@@ -89,7 +89,8 @@ def app_args(tmp: Path, **replicas: Any) -> dict[str, Any]:
     args["teams"] = [*args["teams"], {"name": "green", "description": "a third team"},
                      {"name": "fuzz", "description": "schemathesis's (tests/reliability)"},
                      {"name": "chaos", "description": "fault injection (tests/reliability)"},
-                     {"name": "bench", "description": "the online load generator's"}]
+                     {"name": "bench", "description": "the online load generator's"},
+                     {"name": "plain", "description": "a team that never sets a context"}]
     write_keys_file(tmp / "api-keys", API_KEYS.items())
     args["auth"] = {"mode": "keys", "keys_file": str(tmp / "api-keys")}
     args["limits"] = LIMITS

@@ -39,6 +39,9 @@ from granikv_platform.protocol import Item, error_item, validation_message
 from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls
 
+# Response header of a team chat: whether its prompt starts with the team's HOT prefix.
+PREFIX_HEADER = "x-granikv-prefix"
+
 # A team chat's context goes through the chat template as this short system message;
 # the rendered tokens of that message are then replaced by the context's own tokens
 # (rendered once, when the context was set). See ``splice_context``.
@@ -54,15 +57,18 @@ class SpliceCounters:
     rendered: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class ContextSplice:
-    """The head to replace (the placeholder system message, rendered alone) and the
-    context's tokens that replace it."""
+    """One team chat's: the head to replace (the placeholder system message, rendered
+    alone), the context's tokens that replace it, and what became of it: ``outcome``
+    is the ``x-granikv-prefix`` header's value (``hit`` when the prompt starts with the
+    context's tokens, ``miss; reason=...`` when not)."""
 
     placeholder: tuple[int, ...]
     tokens: Sequence[int]
     text: str
     counters: SpliceCounters
+    outcome: str = "miss; reason=not-rendered"
 
 
 class EngineHost:
@@ -156,7 +162,11 @@ class EngineHost:
         messages = [{"role": "system", "content": CONTEXT_PLACEHOLDER}, *body["messages"]]
         splice = ContextSplice(self._placeholder, context.token_ids, context.text or "",
                                self.splices)
+        first = True
         async for item in self.chat({**body, "messages": messages}, splice):
+            if first and "error" not in item:
+                item = {**item, "headers": {PREFIX_HEADER: splice.outcome}}
+            first = False
             yield item
 
     # ---- tokens -------------------------------------------------------------------
@@ -261,10 +271,18 @@ def splice_context(serving: Any) -> None:
             for inp in out[1]:
                 inp["prompt_token_ids"] = [*splice.tokens, *inp["prompt_token_ids"][n:]]
             splice.counters.spliced += 1
+            splice.outcome = "hit"
             return out
         splice.counters.rendered += 1
         request.messages[0] = {"role": "system", "content": splice.text}
-        return await inner(request)
+        out = await inner(request)
+        if not isinstance(out, ErrorResponse):
+            n = len(splice.tokens)
+            head = tuple(splice.tokens)
+            splice.outcome = "hit" if all(
+                tuple(inp.get("prompt_token_ids", ())[:n]) == head for inp in out[1]
+            ) else "miss; reason=prompt-mismatch"
+        return out
 
     serving.render_chat_request = render
 

@@ -78,9 +78,16 @@ def _check_tool_parser(options: dict[str, Any]) -> None:
                              f"{sorted(known)} (or set frontend.tool_parser_plugin)")
 
 
+# The platform's defaults over vLLM's: usage.prompt_tokens_details.cached_tokens shows a
+# client how much of its prompt was served from cache (a team's HOT context included).
+PLATFORM_DEFAULTS: dict[str, Any] = {"enable_prompt_tokens_details": True}
+
+
 def frontend_namespace(options: dict[str, Any], engine_args: Any) -> Any:
     """The ``argparse.Namespace`` vLLM's ``init_app_state`` reads: FrontendArgs (the
-    configured options over vLLM's defaults) and the engine's arguments."""
+    configured options over the platform's defaults over vLLM's) and the engine's
+    arguments."""
     from vllm.entrypoints.openai.cli_args import FrontendArgs
 
-    return argparse.Namespace(**(vars(FrontendArgs(**options)) | vars(engine_args)))
+    args = FrontendArgs(**(PLATFORM_DEFAULTS | options))
+    return argparse.Namespace(**(vars(args) | vars(engine_args)))

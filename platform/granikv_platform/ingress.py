@@ -66,8 +66,9 @@ class Ingress:
         if "error" in first:
             return error_response(first)
         if "json" in first:
-            return JSONResponse(first["json"])
-        return StreamingResponse(_sse(first, gen), media_type="text/event-stream")
+            return JSONResponse(first["json"], headers=first.get("headers"))
+        return StreamingResponse(_sse(first, gen), media_type="text/event-stream",
+                                 headers=first.get("headers"))
 
     async def reports(self) -> dict[str, dict[str, Any]]:
         """Latest stats of the live replicas (those that reported recently)."""

@@ -4,6 +4,8 @@ Replica methods answer with plain dicts, never raise for a client's mistake:
 - ``{"json": body}``: a whole JSON answer (non-streaming OpenAI response, a record);
 - ``{"sse": "data: {...}\\n\\n"}``: one server-sent event of a stream;
 - ``{"error": {"status", "type", "message"}}``: an HTTP error for the client.
+The first item of an answer may also carry ``"headers"``: response headers for the
+client (a team chat's ``x-granikv-prefix``).
 Errors are OpenAI-shaped on the wire: ``{"error": {"message", "type", "code"}}``.
 """
 

@@ -19,7 +19,7 @@ from ray import serve
 
 from granikv_engine.prefix_registry import PrefixError, default_prefix_id
 from granikv_platform.config import PlatformConfig
-from granikv_platform.engine import EngineHost
+from granikv_platform.engine import PREFIX_HEADER, EngineHost
 from granikv_platform.errors import ApiError
 from granikv_platform.hub import hub_client
 from granikv_platform.identity import bind_body
@@ -86,14 +86,18 @@ class LLMReplica:
             yield error_item(e.status, e.message)
             return
         if context is None:
-            async for item in self._serve(bound, self.engine.chat):
+            async for item in _with_header(self._serve(bound, self.engine.chat),
+                                           "miss; reason=no-context"):
                 yield item
             return
+        record = self.sync.records.get(context.prefix_id) or {}
+        cold = None if record.get("state") == "ready" else (
+            f"miss; reason=not-in-hot (state {record.get('state', 'unknown')})")
 
         def run(request: dict[str, Any]) -> AsyncIterator[Item]:
             return self.engine.team_chat(request, context)
 
-        async for item in self._serve(bound, run):
+        async for item in _with_header(self._serve(bound, run), cold):
             yield item
 
     async def _serve(self, body: dict[str, Any], run: Any) -> AsyncIterator[Item]:
@@ -257,3 +261,14 @@ class LLMReplica:
 
     async def _report(self) -> None:
         await self.hub.report(self.replica_id, await self.stats())
+
+
+async def _with_header(items: AsyncIterator[Item], value: str | None) -> AsyncIterator[Item]:
+    """``items`` with the first one's ``x-granikv-prefix`` header set to ``value``
+    (None: as it is)."""
+    first = True
+    async for item in items:
+        if first and value is not None and "error" not in item:
+            item = {**item, "headers": {**item.get("headers", {}), PREFIX_HEADER: value}}
+        first = False
+        yield item

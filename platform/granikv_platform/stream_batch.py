@@ -58,7 +58,10 @@ async def batch_sse(items: AsyncIterator[Item], interval_s: float = 0.0) -> Asyn
                     break
                 parts.append(nxt["sse"])
             first_sent = True
-            yield {"sse": "".join(parts)}
+            batch: Item = {"sse": "".join(parts)}
+            if "headers" in head:  # the stream's response headers ride on its first item
+                batch["headers"] = head["headers"]
+            yield batch
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

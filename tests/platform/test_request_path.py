@@ -92,3 +92,24 @@ def test_an_unknown_prefix_takes_the_slow_path(client: Client, base_url: str) ->
     after = request_path(fresh_stats(base_url, stats(base_url)))
     assert after["slow_binds"] - before["slow_binds"] == 1
     assert after["hub_calls"] - before["hub_calls"] == 1
+
+
+def test_a_team_chat_says_whether_it_was_served_from_hot(client: Client) -> None:
+    """``x-granikv-prefix`` on every team chat, and ``cached_tokens`` counting the HOT
+    context (vLLM's prompt_tokens_details, on by default on the platform)."""
+    blue = client("blue")
+    ctx = blue.get("/teams/blue/context").json()
+    r = blue.post("/teams/blue/v1/chat/completions", json=ask("cached?"))
+    assert r.status_code == 200, r.text
+    assert r.headers["x-granikv-prefix"] == "hit"
+    details = r.json()["usage"]["prompt_tokens_details"]
+    assert details["cached_tokens"] >= ctx["length"], details
+    with blue.stream("POST", "/teams/blue/v1/chat/completions",
+                     json=ask("streamed", stream=True)) as s:
+        assert s.status_code == 200 and s.headers["x-granikv-prefix"] == "hit"
+        assert [ln for ln in s.iter_lines() if ln.startswith("data: ")][-1] == "data: [DONE]"
+    plain = client("plain")
+    assert plain.get("/teams/plain/context").json()["error"]["type"] == "NoTeamContextError"
+    r = plain.post("/teams/plain/v1/chat/completions", json=ask("no context"))
+    assert r.status_code == 200, r.text
+    assert r.headers["x-granikv-prefix"] == "miss; reason=no-context"
