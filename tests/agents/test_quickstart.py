@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from granikv_platform.demo import quickstart
+from granikv_agents.demo import quickstart
 
 
 def test_the_printed_snippets_are_valid() -> None:
