@@ -80,7 +80,7 @@ def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
                               disable_log_stats=False, max_num_seqs=max_num_seqs)
     if tp > 1:  # vLLM's multiprocessing executor, one worker per GPU, NCCL between them.
         # FlashInfer's fused all-reduce + RMSNorm picks its "mnnvl" backend on one node,
-        # which needs NVLink multicast (off on the lent machines; it faulted there): off
+        # which needs NVLink multicast (off on machines whose GPUs are shared; it faulted): off
         # for every engine alike, so all-reduce is vLLM's custom (CUDA IPC) one.
         kw.update(tensor_parallel_size=tp, distributed_executor_backend="mp")
         if gpu:

@@ -1,5 +1,5 @@
 """Run the GPU benchmarks side by side on one machine: ``make bench`` (or the phases one
-by one on a machine lent for a few minutes at a time).
+by one, each within a time limit).
 
 Phases: ``tests`` (GPU kernels vs references), ``kernels``, then one engine process per
 end-to-end phase: ``stock``, ``granikv`` (with the paged-only attribution runs on W1 and
