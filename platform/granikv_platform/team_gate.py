@@ -2,7 +2,7 @@
 are read.
 
 An ASGI middleware, outermost on the ingress app. Every path but the open ones
-(``OPEN_PATHS``: /healthz and the OpenAPI document) needs a valid API key
+(``OPEN_PATHS``: /healthz, /readyz and the OpenAPI document) needs a valid API key
 (``identity.caller``): without one the answer is 401 whatever the path, so that neither
 routes nor team names (/teams/{team}/...) can be probed without a key. Under
 /teams/{team}/ of a configured team the caller must also be that team
@@ -22,7 +22,7 @@ from granikv_platform.errors import ApiError, error_response
 from granikv_platform.identity import caller, resolve_team
 from granikv_platform.protocol import error_item
 
-OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
                         "/redoc"})
 
 

@@ -14,7 +14,14 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.platform.conftest import API_KEYS, counters, fresh_stats, stats
+from tests.platform.conftest import (
+    API_KEYS,
+    SYNC_PERIOD_S,
+    counters,
+    fresh_stats,
+    stats,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 Client = Callable[[str | None], httpx.Client]
@@ -104,9 +111,18 @@ def test_prefix_lifecycle_and_bound_completions(client: Client, base_url: str) -
     assert green.delete("/v1/prefixes/green-doc").status_code == 200
     assert green.get("/v1/prefixes/green-doc").status_code == 404
     assert green.delete("/v1/prefixes/green-doc").status_code == 404
-    gone = green.post("/v1/completions", json={"model": MODEL, "prompt": [*tokens, 7],
-                                               "max_tokens": 2, "vllm_xargs": xargs})
-    assert gone.status_code == 404 and "green-doc" in gone.json()["error"]["message"]
+    # A bound request is checked against each replica's local view of the registry (no
+    # registry call), which follows a delete made through another replica within a sync
+    # period: then every replica refuses it.
+    def refused() -> bool:
+        gone = [green.post("/v1/completions", json={
+            "model": MODEL, "prompt": [*tokens, 7], "max_tokens": 2, "vllm_xargs": xargs})
+            for _ in range(4)]
+        return all(g.status_code == 404 and "green-doc" in g.json()["error"]["message"]
+                   for g in gone)
+
+    wait_until(refused, 10 * SYNC_PERIOD_S + 10, "every replica refusing the deleted prefix",
+               every_s=SYNC_PERIOD_S)
 
 
 def test_teams_cannot_touch_each_others_prefixes(client: Client) -> None:
