@@ -54,10 +54,12 @@ def test_review_team_pins_its_context_once_and_every_turn_hits_it(
     d = delta(settled(base_url), before)
     replicas = len(stats(base_url)["replicas"])
     assert d["registrations"] == replicas  # registered once, on each replica
-    assert d["hits"] == d[f"prefix:{ctx['prefix_id']}"] == 9, d  # every agent call hit it
+    # Every agent call hit the run's context (other hits: calls of earlier tests, such
+    # as a cancelled run's, that ended after the baseline)
+    assert d[f"prefix:{ctx['prefix_id']}"] == 9 and d["hits"] >= 9, d
     assert d["hit_tokens"] >= 9 * ctx["length"], d
     assert "bind_errors" not in d and "cold_fallbacks" not in d, d
-    assert metric_hits(ops) - metric_before == 9  # /metrics says the same
+    assert metric_hits(ops) - metric_before >= 9  # /metrics counts them too
     contexts = [p for p in red.get("/v1/prefixes").json()["data"] if p["kind"] == "context"]
     assert [p["prefix_id"] for p in contexts] == [ctx["prefix_id"]] and contexts[0]["pinned"]
 
@@ -67,7 +69,7 @@ def test_review_team_pins_its_context_once_and_every_turn_hits_it(
     assert again["status"] == "succeeded" and again["context"]["reused"]
     assert same_pin(again["context"], ctx)
     d = delta(settled(base_url), before)
-    assert "registrations" not in d and d["hits"] == d[f"prefix:{ctx['prefix_id']}"] == 9, d
+    assert "registrations" not in d and d[f"prefix:{ctx['prefix_id']}"] == 9, d
 
     listed = red.get("/teams/red/runs").json()["data"]
     assert {run["run_id"], again["run_id"]} <= {r["run_id"] for r in listed}
