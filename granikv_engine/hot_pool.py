@@ -103,9 +103,6 @@ class HotPool:
         e = self._entry(key)
         return e.pins, e.refs
 
-    def contains_slot(self, slot: int) -> bool:
-        return self.start <= slot < self.start + self.capacity
-
     def evictable(self) -> list[Hashable]:
         """Keys that eviction may take, least recently used first."""
         keys = [k for k, e in self._entries.items() if e.evictable]

@@ -47,11 +47,6 @@ class PrefixSpec:
     def length(self) -> int:
         return len(self.token_ids)
 
-    def public(self) -> dict[str, object]:
-        """What the prefix API shows (the token ids stay inside)."""
-        return {"prefix_id": self.prefix_id, "team": self.team, "length": self.length,
-                "pinned": self.pin, "kind": self.kind, "content_hash": self.content_hash}
-
 
 class RegistryState:
     """Prefix specs by id, each team's current context, and a version that grows on

@@ -1,9 +1,5 @@
 """Launchers for vLLM's FA3 (``vllm.vllm_flash_attn``), checking shapes and strides.
 
-- ``dense_prefix``: all cascade queries against their groups' contiguous HOT slabs,
-  non-causal, in one launch: the K/V "varlen" layout starts each group at its slab
-  (``cu_seqlens_k[g] = hot_start``) and ``seqused_k`` gives its length. The Python
-  wrapper refuses both arguments together; the kernel op takes them.
 - ``paged``: causal attention over page-size-1 block tables (the COLD suffix, or whole
   sequences for the unified backend). FA3 reads page size 1 through its gather path.
 All LSEs are float32, natural log, ``[H, T]``.
@@ -19,26 +15,6 @@ Tensor = torch.Tensor
 def _check_kv(k: Tensor, v: Tensor) -> None:
     assert k.shape == v.shape and k.stride(-1) == 1 and v.stride(-1) == 1, (k.shape, v.shape)
     assert k.dtype == v.dtype and k.dtype in (torch.float16, torch.bfloat16), k.dtype
-
-
-def dense_prefix(q: Tensor, k_flat: Tensor, v_flat: Tensor, cu_q: Tensor, cu_k: Tensor,
-                 seqused_k: Tensor, max_q: int, max_k: int, scale: float,
-                 out: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """q [Qc, H, D] group-major; k/v [num_slots, Hkv, D]; cu_q [G+1], cu_k [G+1],
-    seqused_k [G] int32 on the GPU. Returns (out [Qc, H, D], lse [H, Qc])."""
-    import vllm.vllm_flash_attn  # noqa: F401  (registers torch.ops._vllm_fa3_C)
-
-    _check_kv(k_flat, v_flat)
-    assert q.dim() == 3 and q.stride(-1) == 1 and q.shape[2] == k_flat.shape[2], q.shape
-    assert q.shape[1] % k_flat.shape[1] == 0, (q.shape, k_flat.shape)
-    g = seqused_k.shape[0]
-    assert cu_q.shape == (g + 1,) and cu_k.shape == (g + 1,), (cu_q.shape, cu_k.shape, g)
-    assert cu_q.dtype == cu_k.dtype == seqused_k.dtype == torch.int32
-    o, lse, _, _ = torch.ops._vllm_fa3_C.fwd(
-        q, k_flat, v_flat, None, None, None, out, cu_q, cu_k, None, None, seqused_k,
-        max_q, max_k, None, None, None, None, None, None, None, None, None, scale,
-        False, -1, -1, 0.0, True, None, 0, None, 0, None, 1, 0, None)
-    return o, lse
 
 
 def paged(q: Tensor, k_pages: Tensor, v_pages: Tensor, cu_q: Tensor, seqused_k: Tensor,
