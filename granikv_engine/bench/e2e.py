@@ -187,7 +187,7 @@ def main() -> None:
                            "tp": tp, "max_num_seqs": args.max_num_seqs,
                            "engine_start_s": start_s, "results": []}
     # the default keeps the name it always had; another max_num_seqs its own file
-    seqs = "" if args.max_num_seqs == MAX_NUM_SEQS else f"-s{args.max_num_seqs}"
+    seqs = "" if args.max_num_seqs == MAX_NUM_SEQS else f"-max-num-seqs-{args.max_num_seqs}"
     out = args.out / f"e2e-{tag}-{args.engine}{seqs}.json"
     # GraniKV: each workload once with the unified paged backend only, then with the
     # dispatcher (fresh suffixes, so the second run gets no prefix-cache help).
