@@ -11,6 +11,7 @@ Errors are OpenAI-shaped on the wire: ``{"error": {"message", "type", "code"}}``
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,3 +56,15 @@ def wire_error(item: Item) -> tuple[int, dict[str, Any]]:
     err = item["error"]
     return err["status"], {"error": {"message": err["message"], "type": err["type"],
                                      "code": err["status"]}}
+
+
+async def with_headers(items: AsyncIterator[Item],
+                       headers: dict[str, str] | None) -> AsyncIterator[Item]:
+    """``items`` with ``headers`` added to the first one (an error item stays as it is;
+    None: all as they are)."""
+    first = True
+    async for item in items:
+        if first and headers and "error" not in item:
+            item = {**item, "headers": {**item.get("headers", {}), **headers}}
+        first = False
+        yield item

@@ -25,7 +25,13 @@ from granikv_platform.hub import hub_client
 from granikv_platform.identity import bind_body
 from granikv_platform.limits import LimitExceeded, generation_body
 from granikv_platform.placement import gpu_vllm_config
-from granikv_platform.protocol import NO_TEAM_CONTEXT, Item, error_item, prefix_error_item
+from granikv_platform.protocol import (
+    NO_TEAM_CONTEXT,
+    Item,
+    error_item,
+    prefix_error_item,
+    with_headers,
+)
 from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
@@ -86,8 +92,8 @@ class LLMReplica:
             yield error_item(e.status, e.message)
             return
         if context is None:
-            async for item in _with_header(self._serve(bound, self.engine.chat),
-                                           "miss; reason=no-context"):
+            async for item in with_headers(self._serve(bound, self.engine.chat),
+                                           {PREFIX_HEADER: "miss; reason=no-context"}):
                 yield item
             return
         record = self.sync.records.get(context.prefix_id) or {}
@@ -97,7 +103,8 @@ class LLMReplica:
         def run(request: dict[str, Any]) -> AsyncIterator[Item]:
             return self.engine.team_chat(request, context)
 
-        async for item in _with_header(self._serve(bound, run), cold):
+        async for item in with_headers(self._serve(bound, run),
+                                       {PREFIX_HEADER: cold} if cold else None):
             yield item
 
     async def _serve(self, body: dict[str, Any], run: Any) -> AsyncIterator[Item]:
@@ -261,14 +268,3 @@ class LLMReplica:
 
     async def _report(self) -> None:
         await self.hub.report(self.replica_id, await self.stats())
-
-
-async def _with_header(items: AsyncIterator[Item], value: str | None) -> AsyncIterator[Item]:
-    """``items`` with the first one's ``x-granikv-prefix`` header set to ``value``
-    (None: as it is)."""
-    first = True
-    async for item in items:
-        if first and value is not None and "error" not in item:
-            item = {**item, "headers": {**item.get("headers", {}), PREFIX_HEADER: value}}
-        first = False
-        yield item
