@@ -65,6 +65,7 @@ class Result:
     done: float | None = None
     chunks: list[float] = field(default_factory=list)
     completion_tokens: int = 0
+    streamed_tokens: int = 0  # token ids seen in the stream (counts a request cut short)
     prompt_tokens: int = 0
     cached_tokens: int | None = None
     error: str | None = None
@@ -198,9 +199,12 @@ def _check(r: httpx.Response, what: str) -> None:
 
 
 async def one(target: Target, turn: Turn, contexts: dict[str, str],
-              client: httpx.AsyncClient, t0: float) -> Result:
+              client: httpx.AsyncClient, t0: float, res: Result | None = None) -> Result:
+    """Send ``turn`` and fill ``res`` (a new one if None) as the stream arrives, so that
+    a request cancelled at the time limit keeps what it saw."""
     url, body = target.request(turn, contexts)
-    res = Result(turn.index, turn.team, time.perf_counter() - t0)
+    res = res or Result(turn.index, turn.team, 0.0)
+    res.sent = time.perf_counter() - t0
     try:
         async with client.stream("POST", url, json=body, headers=target.headers(turn.team)) as r:
             if r.status_code != 200:
@@ -222,6 +226,7 @@ async def one(target: Target, turn: Turn, contexts: dict[str, str],
                         "cached_tokens")
                 for choice in chunk.get("choices") or ():
                     if choice.get("token_ids") or choice.get("delta", {}).get("content"):
+                        res.streamed_tokens += len(choice.get("token_ids") or ()) or 1
                         res.chunks.append(now)
                         if res.first is None:
                             res.first = now
@@ -247,27 +252,44 @@ def arrivals(n: int, rate: float | None, seed: int) -> list[float]:
 
 
 async def _drive(target: Target, workload: Workload, turns: list[Turn], offsets: list[float],
-                 start_at: float) -> list[dict[str, Any]]:
+                 start_at: float, time_limit: float | None = None) -> list[dict[str, Any]]:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    results = [Result(t.index, t.team, o) for t, o in zip(turns, offsets)]
     async with httpx.AsyncClient(timeout=httpx.Timeout(3600.0), limits=limits) as client:
         await asyncio.sleep(max(0.0, start_at - time.time()))
         t0 = time.perf_counter() - (time.time() - start_at)
 
-        async def later(turn: Turn, offset: float) -> Result:
+        async def later(turn: Turn, offset: float, res: Result) -> Result:
             await asyncio.sleep(max(0.0, offset - (time.perf_counter() - t0)))
-            return await one(target, turn, workload.contexts, client, t0)
+            return await one(target, turn, workload.contexts, client, t0, res)
 
-        done = await asyncio.gather(*(later(t, o) for t, o in zip(turns, offsets)))
-    return [asdict(r) for r in done]
+        tasks = [asyncio.create_task(later(t, o, r))
+                 for t, o, r in zip(turns, offsets, results)]
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+        _, pending = await asyncio.wait(tasks, timeout=left)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for res in results:
+            if res.done is None and res.error is None:  # cancelled at the time limit
+                res.error = CUT
+                res.done = time.perf_counter() - t0
+    return [asdict(r) for r in results]
 
 
-def _proc(args: tuple[Target, Workload, list[Turn], list[float], float]) -> list[dict[str, Any]]:
+CUT = "cut at the time limit"
+
+
+def _proc(args: tuple[Target, Workload, list[Turn], list[float], float, float | None]
+          ) -> list[dict[str, Any]]:
     return asyncio.run(_drive(*args))
 
 
 def run(target: Target, workload: Workload, *, rate: float | None = None, procs: int = 4,
-        seed: int = 0) -> dict[str, Any]:
-    """Prepare the side, then send the workload; returns the summary and every result."""
+        seed: int = 0, time_limit: float | None = None) -> dict[str, Any]:
+    """Prepare the side, then send the workload; returns the summary and every result.
+    ``time_limit`` (s): cancel what is still running then; the summary then counts the
+    tokens streamed by then (``complete`` false)."""
     async def setup() -> None:
         async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0)) as client:
             await prepare(target, workload, client)
@@ -277,7 +299,7 @@ def run(target: Target, workload: Workload, *, rate: float | None = None, procs:
     offsets = arrivals(len(turns), rate, seed)
     procs = max(1, min(procs, len(turns)))
     start_at = time.time() + 1.0 + 0.2 * procs
-    jobs = [(target, workload, turns[k::procs], offsets[k::procs], start_at)
+    jobs = [(target, workload, turns[k::procs], offsets[k::procs], start_at, time_limit)
             for k in range(procs)]
     if procs == 1:
         results = _proc(jobs[0])
@@ -287,7 +309,7 @@ def run(target: Target, workload: Workload, *, rate: float | None = None, procs:
     results.sort(key=lambda r: r["index"])
     return {"workload": workload.name, "side": target.side, "mode": "open" if rate else "closed",
             "rate": rate, "requests": len(turns), "teams": len(workload.contexts),
-            "summary": summarize(results), "results": results}
+            "time_limit_s": time_limit, "summary": summarize(results), "results": results}
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -298,9 +320,16 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Percentiles over the requests that finished. Output tokens/s: their completion
+    tokens over the run's span; if the time limit cut requests, every token streamed by
+    then over the span up to the limit (``complete`` false)."""
     ok = [r for r in results if r["error"] is None]
+    cut = [r for r in results if r["error"] == CUT]
     tokens = sum(r["completion_tokens"] for r in ok)
     span = (max(r["done"] for r in ok) - min(r["sent"] for r in results)) if ok else 0.0
+    if cut:
+        tokens = tokens + sum(r["streamed_tokens"] for r in cut)
+        span = max(r["done"] for r in results) - min(r["sent"] for r in results)
     ttft = [r["first"] - r["sent"] for r in ok if r["first"] is not None]
     tpot = [(r["done"] - r["first"]) / (r["completion_tokens"] - 1) for r in ok
             if r["first"] is not None and r["completion_tokens"] > 1]
@@ -312,8 +341,10 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "p90": pct(xs, 90), "p99": pct(xs, 99)}
 
     cached = [r["cached_tokens"] for r in ok if r["cached_tokens"] is not None]
-    return {"ok": len(ok), "errors": len(results) - len(ok),
-            "error_examples": sorted({r["error"] for r in results if r["error"]})[:5],
+    return {"ok": len(ok), "errors": len(results) - len(ok) - len(cut), "cut": len(cut),
+            "complete": not cut,
+            "error_examples": sorted({r["error"] for r in results
+                                      if r["error"] and r["error"] != CUT})[:5],
             "output_tokens": tokens, "duration_s": span,
             "output_tok_s": tokens / span if span > 0 else 0.0,
             "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in ok) if ok else 0,
@@ -340,6 +371,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--decodable-vocab", type=int, default=0,
                    help="generate only ids below this (the tokenizer's vocabulary size) "
                    "when the model's vocabulary is larger; 0: any id")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds: cancel the requests still running then and count the "
+                   "tokens streamed so far (the result says it is incomplete)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--label", default="")
     a = p.parse_args(argv)
@@ -354,7 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.workload:
         teams = [t for t in a.teams.split(",") if t] or None
-        out = run(target, standard(name, words, a.scale, teams), rate=a.rate, procs=a.procs)
+        out = run(target, standard(name, words, a.scale, teams), rate=a.rate, procs=a.procs,
+                  time_limit=a.time_limit)
         out["command"] = "python -m granikv_engine.bench.online " + " ".join(
             argv if argv is not None else __import__("sys").argv[1:])
         out["label"] = a.label
@@ -364,7 +399,8 @@ def main(argv: list[str] | None = None) -> None:
         s = out["summary"]
         print(f"== {name} {a.side} {mode}: {s['output_tok_s']:.0f} tok/s, "
               f"ttft p50 {s['ttft_s']['p50']}, itl p50 {s['itl_s']['p50']}, "
-              f"errors {s['errors']} -> {path}", flush=True)
+              f"errors {s['errors']}, cut {s['cut']} "
+              f"-> {path}", flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@
 # rate), DECODABLE_VOCAB (generated ids stay below it: the tiny tokenizer's 1024, see
 # bench/online.py), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
 # cache size instead of one profiled: for servers that share a GPU), HOT_SLOTS (100000),
-# GO_FILE (wait for this file before measuring: online_together.sh sets it). A dry run
+# GO_FILE (wait for this file before measuring: online_together.sh sets it), TIME_LIMIT
+# (seconds: cut each workload then, see bench/online.py), TEAM_TIMEOUT (600 s),
+# PROFILE_WORKLOAD (py-spy samples the server during this workload: PROFILE_S seconds
+# from PROFILE_AFTER seconds in, collapsed stacks in OUT/profile-SIDE-WORKLOAD.txt). A dry run
 # elsewhere (a CPU machine, the tiny model) overrides MODEL_JSON, ENGINE_ARGS (the engine
 # arguments of both vllm serve sides), PLATFORM_CONFIG and SCALE (shrinks the workloads).
 set -uo pipefail
@@ -107,20 +110,30 @@ done
 echo "== $side server up in $(( $(date +%s) - t0 )) s"
 args=(--base-url "$URL" --side "$side" --tokenizer "$MODEL_DIR" --model llama-8b --out "$out"
       ${KEYS:+--api-keys-file "$KEYS"} --procs "${PROCS:-4}" --scale "${SCALE:-1}"
-      --decodable-vocab "${DECODABLE_VOCAB:-1024}")
+      --decodable-vocab "${DECODABLE_VOCAB:-1024}" ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
 if [ -n "${GO_FILE:-}" ]; then  # started together with other sides: measure when told
   touch "$out/up"
   until [ -e "$GO_FILE" ]; do sleep 1; done
 fi
+profiler=""
 for w in $workloads; do
+  if [ "$w" = "${PROFILE_WORKLOAD:-}" ] && command -v py-spy >/dev/null; then
+    # sample every process of the server (the engine core, Ray's workers) for
+    # PROFILE_S seconds, PROFILE_AFTER seconds into the workload, without pausing them
+    (sleep "${PROFILE_AFTER:-8}"; py-spy record --nonblocking --subprocesses -r 50 \
+       -d "${PROFILE_S:-10}" -f raw -p "$pid" -o "$out/profile-$side-$w.txt" \
+       >"$out/profile-$side.log" 2>&1) &
+    profiler=$!
+  fi
   "$PY" -m granikv_engine.bench.online "${args[@]}" --workload "$w" ${RATE:+--rate "$RATE"}
 done
+[ -n "${profiler:-}" ] && wait "$profiler"
 if [ -n "${OPEN_RATE:-}" ]; then  # and W1-online in open loop, Poisson arrivals
   "$PY" -m granikv_engine.bench.online "${args[@]}" --workload W1-online --rate "$OPEN_RATE"
 fi
 if [ "$side" = platform ] && [ -z "${NO_TEAM_RUN:-}" ]; then
   "$PY" -m granikv_engine.bench.online_team --base-url "$URL" --api-keys-file "$KEYS" \
-    --tokenizer "$MODEL_DIR" --agents 32 --out "$out" \
+    --tokenizer "$MODEL_DIR" --agents 32 --out "$out" --timeout "${TEAM_TIMEOUT:-600}" \
     --context-tokens "$(python3 -c "print(max(64, int(12288 * ${SCALE:-1})))")"
   "$PY" -c 'import sys, urllib.request as u
 r = u.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})

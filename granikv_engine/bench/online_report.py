@@ -50,6 +50,8 @@ def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["itl_p50_s"] = {s: get(s, "itl_s", "p50") for s in SIDES}
         row["tpot_p50_s"] = {s: get(s, "tpot_s", "p50") for s in SIDES}
         row["errors"] = {s: get(s, "errors") for s in SIDES}
+        # False: the time limit cut the run; its tok/s counts the tokens streamed by then
+        row["complete"] = {s: get(s, "complete") for s in SIDES}
         row["requests"] = {s: sides[s]["requests"] for s in sides}
         stock, gk, plat = (row[f"{s}_tok_s"] for s in SIDES)
         row["platform_vs_stock"] = plat / stock if plat and stock else None
@@ -67,7 +69,8 @@ def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     lines = [f"# Online: stock vLLM, GraniKV in vLLM, the platform ({summary['date']})", "",
              f"GPU: {summary['gpu']}; commit `{summary['commit']}`. Output tokens/s over the "
              "whole run (first request sent to last token); TTFT and inter-chunk latency "
-             "medians as the client saw them.", "",
+             "medians as the client saw them. (cut): the time limit ended that run; its "
+             "tok/s counts the tokens streamed by then.", "",
              "| workload | load | stock tok/s | GraniKV tok/s | platform tok/s | platform / "
              "stock | platform / GraniKV | TTFT p50 stock / GraniKV / platform (s) | ITL p50 "
              "(ms) | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -77,8 +80,12 @@ def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         itl = " / ".join(_f(None if r["itl_p50_s"][s] is None else 1e3 * r["itl_p50_s"][s],
                             ".1f") for s in SIDES)
         errs = " / ".join(_f(r["errors"][s], "d") for s in SIDES)
-        lines.append(f"| {r['workload']} | {load_} | {_f(r['stock_tok_s'], ',.0f')} | "
-                     f"{_f(r['granikv_tok_s'], ',.0f')} | {_f(r['platform_tok_s'], ',.0f')} | "
+        cut = r.get("complete", {})
+
+        def tok(side: str, r: dict[str, Any] = r, cut: dict[str, Any] = cut) -> str:
+            return _f(r[f"{side}_tok_s"], ",.0f") + (" (cut)" if cut.get(side) is False else "")
+        lines.append(f"| {r['workload']} | {load_} | {tok('stock')} | "
+                     f"{tok('granikv')} | {tok('platform')} | "
                      f"{_f(r['platform_vs_stock'], '.2f')}x | "
                      f"{_f(r['platform_vs_granikv'], '.2f')}x | {ttft} | {itl} | {errs} |")
     lines += ["", "Commands:", ""]

@@ -1,0 +1,87 @@
+"""The online load generator's time limit: requests still streaming when it passes are
+cancelled, keep what they streamed, and the summary says the run is incomplete. The
+server here is a slow SSE endpoint (one token every 0.1 s), so the cut is certain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from granikv_engine.bench import online
+
+TOKENS = 40
+
+
+async def chat(request: Request) -> StreamingResponse:
+    body = await request.json()
+    fast = "fast" in body["messages"][-1]["content"]
+
+    async def events() -> Iterator[str]:
+        n = body["max_tokens"]
+        for k in range(n):
+            await asyncio.sleep(0.0 if fast else 0.1)
+            yield "data: " + json.dumps({"choices": [{"delta": {"content": "x"},
+                                                       "token_ids": [k]}]}) + "\n\n"
+        yield "data: " + json.dumps({"choices": [], "usage": {
+            "completion_tokens": n, "prompt_tokens": 3}}) + "\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@pytest.fixture(scope="module")
+def slow_server() -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 10
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_time_limit_cuts_the_slow_requests_and_counts_their_tokens(slow_server: str) -> None:
+    turns = (online.Turn(0, "t", "fast agent", 5), online.Turn(1, "t", "slow agent", TOKENS),
+             online.Turn(2, "t", "slow agent", TOKENS))
+    work = online.Workload("W", {"t": "ctx"}, turns)
+    target = online.Target(slow_server, "stock", "m", {})
+    t = time.perf_counter()
+    out = online.run(target, work, procs=1, time_limit=1.5)
+    assert time.perf_counter() - t < 1.5 + 3.0 + 4  # warm-up (0.4 s) + start + the limit
+    s = out["summary"]
+    assert s["ok"] == 1 and s["cut"] == 2 and s["errors"] == 0 and s["complete"] is False
+    fast, *slow = out["results"]
+    assert fast["error"] is None and fast["completion_tokens"] == 5
+    for r in slow:
+        assert r["error"] == online.CUT and 5 <= r["streamed_tokens"] < TOKENS, r
+        assert r["done"] == pytest.approx(1.5, abs=0.3)
+    streamed = 5 + sum(r["streamed_tokens"] for r in slow)
+    assert s["output_tokens"] == streamed
+    assert s["output_tok_s"] == pytest.approx(streamed / s["duration_s"])
+    assert out["time_limit_s"] == 1.5
+
+
+def test_without_a_limit_every_request_finishes(slow_server: str) -> None:
+    turns = (online.Turn(0, "t", "fast agent", 5), online.Turn(1, "t", "slow agent", 8))
+    out = online.run(online.Target(slow_server, "stock", "m", {}),
+                     online.Workload("W", {"t": "ctx"}, turns), procs=1)
+    s = out["summary"]
+    assert s["ok"] == 2 and s["cut"] == 0 and s["complete"] is True
+    assert s["output_tokens"] == 13
