@@ -16,8 +16,8 @@
 # SERVE (the `serve` command), MODEL_DIR, PORT (8100), STREAM_BATCH_MS (0),
 # INGRESS_REPLICAS (2), START_TIMEOUT (600 s), PROCS (client processes, 4), RATE (every
 # workload in open loop, requests/s), OPEN_RATE (also W1-online in open loop at this
-# rate), DECODABLE_VOCAB (generated ids stay below it: the tiny tokenizer's 1024, see
-# bench/online.py), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
+# rate), WORDS_ONLY (1: generate only whole-word token ids, for dummy weights, see
+# bench/online.py; 0: any), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
 # cache size instead of one profiled: for servers that share a GPU), HOT_SLOTS (100000),
 # GO_FILE (wait for this file before measuring: online_together.sh sets it), TIME_LIMIT
 # (seconds: cut each workload then, see bench/online.py), TEAM_TIMEOUT (600 s),
@@ -110,7 +110,7 @@ done
 echo "== $side server up in $(( $(date +%s) - t0 )) s"
 args=(--base-url "$URL" --side "$side" --tokenizer "$MODEL_DIR" --model llama-8b --out "$out"
       ${KEYS:+--api-keys-file "$KEYS"} --procs "${PROCS:-4}" --scale "${SCALE:-1}"
-      --decodable-vocab "${DECODABLE_VOCAB:-1024}" ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
+      $( [ "${WORDS_ONLY:-1}" = 1 ] && echo --words-only) ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
 if [ -n "${GO_FILE:-}" ]; then  # started together with other sides: measure when told
   touch "$out/up"
   until [ -e "$GO_FILE" ]; do sleep 1; done

@@ -1,6 +1,7 @@
-"""The online load generator's time limit: requests still streaming when it passes are
-cancelled, keep what they streamed, and the summary says the run is incomplete. The
-server here is a slow SSE endpoint (one token every 0.1 s), so the cut is certain."""
+"""The online load generator, without a GPU server: its time limit (requests still
+streaming when it passes are cancelled, keep what they streamed, and the summary says
+the run is incomplete; the server here is a slow SSE endpoint, one token every 0.1 s,
+so the cut is certain), and the whole-word token ids it restricts generation to."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -19,6 +21,8 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from granikv_engine.bench import online
+
+TOKENIZER = Path(__file__).resolve().parents[2] / "deploy" / "models" / "tiny-llama"
 
 TOKENS = 40
 
@@ -85,3 +89,28 @@ def test_without_a_limit_every_request_finishes(slow_server: str) -> None:
     s = out["summary"]
     assert s["ok"] == 2 and s["cut"] == 0 and s["complete"] is True
     assert s["output_tokens"] == 13
+
+
+def test_word_ids_decode_to_whole_words_whatever_the_prompt() -> None:
+    """A stream of any of them never leaves vLLM's incremental detokenizer waiting for
+    more bytes (the slow path that decodes the whole prompt again)."""
+    from tokenizers import Tokenizer, decoders
+
+    path = TOKENIZER / "tokenizer.json"
+    tok = Tokenizer.from_file(str(path))
+    ids = online.word_ids(path)
+    assert len(ids) >= 50 and len(set(ids)) == len(ids)
+    prompt = tok.encode("<s><|system|>a context<|end|><|user|>hi<|end|><|assistant|>").ids
+    for i in ids:
+        text = tok.decode([i])
+        assert text.startswith(" ") and text[1:].isalpha(), (i, text)
+        stream = decoders.DecodeStream(ids=prompt, skip_special_tokens=True)
+        assert stream.step(tok, i) == text and stream.step(tok, i) == text
+    # what the restriction is for: a special token repeated never yields text
+    stream = decoders.DecodeStream(ids=prompt, skip_special_tokens=True)
+    assert stream.step(tok, 0) is None and stream.step(tok, 0) is None
+    body = online.Target("http://x", "stock", "m", {}, ids).request(
+        online.Turn(0, "t", "hi", 4), {"t": "ctx"})[1]
+    assert body["allowed_token_ids"] == list(ids)
+    assert "allowed_token_ids" not in online.Target("http://x", "stock", "m", {}).request(
+        online.Turn(0, "t", "hi", 4), {"t": "ctx"})[1]
