@@ -12,6 +12,7 @@ writes ``NAME.json`` (the summary rows), ``NAME.md`` (the table and the commands
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,31 @@ from typing import Any
 SIDES = ("stock", "granikv", "platform")
 
 
+def _read(path: Path) -> Any:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
+    return json.loads(path.read_text())
+
+
+def _find(d: Path, pattern: str) -> list[Path]:
+    return sorted([*d.rglob(pattern), *d.rglob(pattern + ".gz")])
+
+
 def load(dirs: list[Path]) -> list[dict[str, Any]]:
+    """Every workload run (``online-W*.json``, or gzipped) under ``dirs``."""
     runs = []
     for d in dirs:
-        for path in sorted(d.rglob("online-*.json")):
-            run = json.loads(path.read_text())
+        for path in _find(d, "online-W*.json"):
+            run = _read(path)
             run["path"] = str(path)
             runs.append(run)
     return runs
+
+
+def team_runs(dirs: list[Path]) -> list[dict[str, Any]]:
+    """The agent team runs (``online-team-run.json``, bench/online_team.py)."""
+    return [_read(p) for d in dirs for p in _find(d, "online-team-run.json")]
 
 
 def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -65,6 +83,10 @@ def _f(x: Any, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _x(ratio: Any) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
 def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     lines = [f"# Online: stock vLLM, GraniKV in vLLM, the platform ({summary['date']})", "",
              f"GPU: {summary['gpu']}; commit `{summary['commit']}`. Output tokens/s over the "
@@ -86,10 +108,14 @@ def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             return _f(r[f"{side}_tok_s"], ",.0f") + (" (cut)" if cut.get(side) is False else "")
         lines.append(f"| {r['workload']} | {load_} | {tok('stock')} | "
                      f"{tok('granikv')} | {tok('platform')} | "
-                     f"{_f(r['platform_vs_stock'], '.2f')}x | "
-                     f"{_f(r['platform_vs_granikv'], '.2f')}x | {ttft} | {itl} | {errs} |")
+                     f"{_x(r['platform_vs_stock'])} | {_x(r['platform_vs_granikv'])} | {ttft} | "
+                     f"{itl} | {errs} |")
+    for t in summary.get("team_runs", []):
+        lines += ["", f"Agent team run through the platform: {t['status']}, {t['turns']} turns "
+                  f"of {t['agents']} agents in {t['wall_s']:.1f} s, HOT hits "
+                  f"+{t['hot_hits_added']}."]
     lines += ["", "Commands:", ""]
-    lines += [f"- `{run.get('command', '?')}`" for run in runs]
+    lines += [f"- `{c}`" for c in summary["commands"]]
     return "\n".join(lines) + "\n"
 
 
@@ -128,8 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     runs = load(a.runs)
     if not runs:
         raise SystemExit(f"no online-*.json under {a.runs}")
+    teams = team_runs(a.runs)
     summary = {"gpu": a.gpu, "commit": a.commit, "date": a.date, "rows": rows(runs),
-               "commands": [r.get("command") for r in runs]}
+               "team_runs": teams,
+               "commands": [r.get("command") for r in runs] + [t.get("command") for t in teams]}
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.name}.json").write_text(json.dumps(summary, indent=1))
     (a.out / f"{a.name}.md").write_text(table(summary, runs))

@@ -114,3 +114,31 @@ def test_word_ids_decode_to_whole_words_whatever_the_prompt() -> None:
     assert body["allowed_token_ids"] == list(ids)
     assert "allowed_token_ids" not in online.Target("http://x", "stock", "m", {}).request(
         online.Turn(0, "t", "hi", 4), {"t": "ctx"})[1]
+
+
+def test_report_reads_gzipped_runs_and_the_team_run(tmp_path: Path) -> None:
+    import gzip
+
+    from granikv_engine.bench import online_report
+
+    results = [dict(index=i, team="t", sent=0.0, first=0.5, done=2.0, chunks=[0.5, 1.0, 2.0],
+                    completion_tokens=3, streamed_tokens=3, prompt_tokens=9, cached_tokens=5,
+                    error=None) for i in range(4)]
+    for side, done in (("stock", 2.0), ("platform", 1.0)):
+        rs = [{**r, "done": done} for r in results]
+        run = {"workload": "W1-online", "side": side, "mode": "closed", "rate": None,
+               "requests": 4, "summary": online.summarize(rs), "results": rs, "command": side}
+        with gzip.open(tmp_path / f"online-W1-online-{side}-closed.json.gz", "wt") as f:
+            json.dump(run, f)
+    (tmp_path / "online-team-run.json").write_text(json.dumps(
+        {"status": "succeeded", "turns": 33, "agents": 33, "wall_s": 5.6,
+         "hot_hits_added": 33, "command": "team"}))
+    online_report.main(["--runs", str(tmp_path), "--out", str(tmp_path / "r"), "--name", "s"])
+    summary = json.loads((tmp_path / "r" / "s.json").read_text())
+    (row,) = summary["rows"]
+    assert row["stock_tok_s"] == pytest.approx(12 / 2.0)
+    assert row["platform_tok_s"] == pytest.approx(12 / 1.0)
+    assert row["platform_vs_stock"] == pytest.approx(2.0) and row["platform_vs_granikv"] is None
+    assert summary["team_runs"][0]["turns"] == 33 and "team" in summary["commands"]
+    md = (tmp_path / "r" / "s.md").read_text()
+    assert "| 2.00x | - |" in md and "33 turns of 33 agents in 5.6 s" in md
