@@ -97,7 +97,8 @@ def word_ids(tokenizer_file: Path) -> tuple[int, ...]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer_file))
-    return tuple(tok.token_to_id("Ġ" + w) for w in word_pool(tokenizer_file))
+    ids = [tok.token_to_id("Ġ" + w) for w in word_pool(tokenizer_file)]
+    return tuple(i for i in ids if i is not None)  # every one is there (word_pool)
 
 
 def text_of(words: list[str], n: int, rng: random.Random, tag: str) -> str:

@@ -12,7 +12,7 @@ Answers cross the Ray boundary as plain items (``protocol.py``): ``{"json": body
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from granikv_engine.vllm_plugin.client import acontrol, aregister
+from granikv_platform.context_frame import Frame, Spliced, frame_of, splice
 from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
 from granikv_platform.frontend import frontend_namespace
 from granikv_platform.protocol import Item, error_item, validation_message
@@ -43,32 +44,65 @@ from granikv_platform.request_path import ControlPlaneCalls
 PREFIX_HEADER = "x-granikv-prefix"
 
 # A team chat's context goes through the chat template as this short system message;
-# the rendered tokens of that message are then replaced by the context's own tokens
-# (rendered once, when the context was set). See ``splice_context``.
+# its content tokens are then replaced by the context's own (rendered once, when the
+# context was set). See ``splice_context``. The second one only serves to find the
+# template's frame (context_frame.py): it shares neither end with the first.
 CONTEXT_PLACEHOLDER = "granikv team context"
+FRAME_PROBE = "other words here"
 
 
 @dataclass
 class SpliceCounters:
-    """Team chats whose context was spliced as tokens, and those that needed the full
-    render because the template did not keep the system message apart."""
+    """Team chats whose context was spliced as tokens, those of them bound to a variant
+    of the context's prefix (the template put something else before the context, or
+    after it, in the same block: tools), and those that needed the full render."""
 
     spliced: int = 0
+    variants: int = 0
     rendered: int = 0
+
+
+# Binds a team chat whose prompt starts with ``head + context`` but not with the
+# context's own prefix: returns the id of a HOT prefix of those tokens (registered on
+# first use). See ``LLMReplica.team_chat``.
+VariantBinder = Callable[[tuple[int, ...]], Awaitable[str]]
 
 
 @dataclass
 class ContextSplice:
-    """One team chat's: the head to replace (the placeholder system message, rendered
-    alone), the context's tokens that replace it, and what became of it: ``outcome``
-    is the ``x-granikv-prefix`` header's value (``hit`` when the prompt starts with the
-    context's tokens, ``miss; reason=...`` when not)."""
+    """One team chat's: the placeholder's content tokens, the context's (``content``,
+    None when the context was rendered in another frame) and its prefix (``tokens``:
+    the lone system message), how to bind a variant, and what became of it:
+    ``outcome`` is the ``x-granikv-prefix`` header's value (``hit`` when the prompt
+    starts with a HOT prefix of the context, ``miss; reason=...`` when not)."""
 
     placeholder: tuple[int, ...]
+    content: tuple[int, ...] | None
     tokens: Sequence[int]
     text: str
     counters: SpliceCounters
+    variant: VariantBinder | None = None
     outcome: str = "miss; reason=not-rendered"
+
+    async def bind(self, request: Any, done: list[Spliced]) -> None:
+        """Set ``outcome``; bind ``request`` to a variant when its prompt starts with the
+        context but not with the context's prefix."""
+        if all(d.starts_with(self.tokens) for d in done):
+            self.outcome = "hit"
+            return
+        heads = {d.head for d in done}
+        if self.variant is None or self.content is None or len(heads) != 1:
+            self.outcome = "miss; reason=prompt-mismatch"
+            return
+        xargs = request.vllm_xargs if isinstance(request.vllm_xargs, dict) else {}
+        try:
+            xargs["granikv_prefix_id"] = await self.variant((*heads.pop(), *self.content))
+        except Exception as e:  # no room in HOT, say: served from paged KV, unbound
+            xargs.pop("granikv_prefix_id", None)
+            self.outcome = f"miss; reason=variant-not-registered ({type(e).__name__})"
+            return
+        self.counters.variants += 1
+        self.outcome = "hit"
 
 
 class EngineHost:
@@ -82,6 +116,7 @@ class EngineHost:
         self.vocab_size: int = llm.model_config.get_vocab_size()
         self.calls = ControlPlaneCalls()  # replaced by the replica's, shared with its hub
         self.splices = SpliceCounters()
+        self._frame: Frame | None = None
         self._placeholder: tuple[int, ...] | None = None
 
     @classmethod
@@ -151,23 +186,38 @@ class EngineHost:
         async for item in _items(out):
             yield item
 
-    async def team_chat(self, body: dict[str, Any], context: PrefixSpec) -> AsyncIterator[Item]:
+    async def team_chat(self, body: dict[str, Any], context: PrefixSpec,
+                        variant: VariantBinder | None = None) -> AsyncIterator[Item]:
         """A chat whose conversation starts with ``context`` as its system message,
         without rendering or tokenizing the context's text: the chat template renders a
-        placeholder in its place, and the placeholder's tokens are replaced by the
-        context's (``context.token_ids``, rendered when it was set). A template that
-        does not render the system message apart from the rest is rendered in full."""
-        if self._placeholder is None:
-            self._placeholder = tuple(await self.render_system(CONTEXT_PLACEHOLDER))
+        placeholder in its place, and the placeholder's content tokens are replaced by
+        the context's (from ``context.token_ids``, rendered when it was set). The
+        request is bound to the context's prefix, or, when the template put something
+        else around the context (tools), to the prefix ``variant`` gives for what
+        precedes the context plus the context. A template that frames the context
+        differently from the placeholder is rendered in full."""
+        frame, placeholder = await self._context_frame()
         messages = [{"role": "system", "content": CONTEXT_PLACEHOLDER}, *body["messages"]]
-        splice = ContextSplice(self._placeholder, context.token_ids, context.text or "",
-                               self.splices)
+        splice_ = ContextSplice(placeholder, frame.content(context.token_ids),
+                                context.token_ids, context.text or "", self.splices, variant)
         first = True
-        async for item in self.chat({**body, "messages": messages}, splice):
+        async for item in self.chat({**body, "messages": messages}, splice_):
             if first and "error" not in item:
-                item = {**item, "headers": {PREFIX_HEADER: splice.outcome}}
+                item = {**item, "headers": {PREFIX_HEADER: splice_.outcome}}
             first = False
             yield item
+
+    async def _context_frame(self) -> tuple[Frame, tuple[int, ...]]:
+        """The template's frame of a lone system message, and the placeholder's content
+        tokens in it (rendered once)."""
+        if self._frame is None or self._placeholder is None:
+            rendered = await self.render_system(CONTEXT_PLACEHOLDER)
+            frame = frame_of(rendered, await self.render_system(FRAME_PROBE))
+            content = frame.content(rendered)
+            if content is None:
+                raise ValueError("the chat template renders no system message content")
+            self._frame, self._placeholder = frame, content
+        return self._frame, self._placeholder
 
     # ---- tokens -------------------------------------------------------------------
     async def tokenize_body(self, body: dict[str, Any]) -> Item:
@@ -255,31 +305,35 @@ def cap_prompts(serving: Any, render: str, limit: int) -> None:
 def splice_context(serving: Any) -> None:
     """Make ``serving.render_chat_request`` (vLLM's chat renderer: the engine inputs,
     or an ErrorResponse) put a team chat's context tokens in place of the rendered
-    placeholder message (``EngineHost.team_chat``). When the rendered prompt does not
-    start with the placeholder's tokens (a template that mixes the system message with
-    what follows), it renders the request again with the context's text."""
+    placeholder's (``EngineHost.team_chat``), and bind it (``ContextSplice.bind``).
+    When the placeholder is not found (a template that rewrites the system message),
+    or the context was rendered in another frame, it renders the request again with
+    the context's text."""
     inner = serving.render_chat_request
 
     async def render(request: Any) -> Any:
-        splice: ContextSplice | None = getattr(request, "_granikv_splice", None)
+        found: ContextSplice | None = getattr(request, "_granikv_splice", None)
         out = await inner(request)
-        if splice is None or isinstance(out, ErrorResponse):
+        if found is None or isinstance(out, ErrorResponse):
             return out
-        n = len(splice.placeholder)
-        if all(tuple(inp.get("prompt_token_ids", ())[:n]) == splice.placeholder
-               for inp in out[1]):
-            for inp in out[1]:
-                inp["prompt_token_ids"] = [*splice.tokens, *inp["prompt_token_ids"][n:]]
-            splice.counters.spliced += 1
-            splice.outcome = "hit"
+        content = found.content
+        done = [None if content is None else
+                splice(inp.get("prompt_token_ids", ()), found.placeholder, content)
+                for inp in out[1]]
+        if all(d is not None for d in done):
+            spliced = [d for d in done if d is not None]
+            for inp, d in zip(out[1], spliced):
+                inp["prompt_token_ids"] = d.prompt
+            found.counters.spliced += 1
+            await found.bind(request, spliced)
             return out
-        splice.counters.rendered += 1
-        request.messages[0] = {"role": "system", "content": splice.text}
+        found.counters.rendered += 1
+        request.messages[0] = {"role": "system", "content": found.text}
         out = await inner(request)
         if not isinstance(out, ErrorResponse):
-            n = len(splice.tokens)
-            head = tuple(splice.tokens)
-            splice.outcome = "hit" if all(
+            n = len(found.tokens)
+            head = tuple(found.tokens)
+            found.outcome = "hit" if all(
                 tuple(inp.get("prompt_token_ids", ())[:n]) == head for inp in out[1]
             ) else "miss; reason=prompt-mismatch"
         return out

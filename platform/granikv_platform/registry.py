@@ -12,6 +12,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -22,7 +23,15 @@ from granikv_engine.prefix_registry import (
     content_hash,
 )
 
-Kind = Literal["prefix", "context"]
+# "variant": a team context preceded by what a chat template adds before it in some
+# conversations (tools); its id is the context's + VARIANT_SEP + a digest, and it goes
+# when its context goes.
+Kind = Literal["prefix", "context", "variant"]
+VARIANT_SEP = "~"
+
+
+def variant_id(context_id: str, token_ids: tuple[int, ...]) -> str:
+    return f"{context_id}{VARIANT_SEP}{content_hash(token_ids)[:12]}"
 
 
 @dataclass(frozen=True)
@@ -39,8 +48,8 @@ class PrefixSpec:
     source: Literal["api", "config"] = "api"
     created_at: float = field(default_factory=time.time)
 
-    @property
-    def content_hash(self) -> str:
+    @cached_property
+    def content_hash(self) -> str:  # computed once: the replicas' sync compares it often
         return content_hash(self.token_ids)
 
     @property
@@ -104,6 +113,7 @@ class RegistryState:
         del self.specs[prefix_id]
         if self.contexts.get(team) == prefix_id:
             del self.contexts[team]
+        self._drop_variants(prefix_id)
         self._changed()
         return spec
 
@@ -116,8 +126,14 @@ class RegistryState:
         self.contexts[spec.team] = spec.prefix_id
         if old is not None and old.prefix_id != spec.prefix_id:
             del self.specs[old.prefix_id]
+            self._drop_variants(old.prefix_id)
         self._changed()
         return old.prefix_id if old is not None and old.prefix_id != spec.prefix_id else None
+
+    def _drop_variants(self, context_id: str) -> None:
+        for pid in [p for p, s in self.specs.items()
+                    if s.kind == "variant" and p.startswith(context_id + VARIANT_SEP)]:
+            del self.specs[pid]
 
     # ---- persistence ---------------------------------------------------------------
     def _changed(self) -> None:

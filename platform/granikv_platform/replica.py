@@ -32,7 +32,7 @@ from granikv_platform.protocol import (
     prefix_error_item,
     with_headers,
 )
-from granikv_platform.registry import PrefixSpec
+from granikv_platform.registry import PrefixSpec, variant_id
 from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
 from granikv_platform.stream_batch import batch_sse
@@ -100,8 +100,13 @@ class LLMReplica:
         cold = None if record.get("state") == "ready" else (
             f"miss; reason=not-in-hot (state {record.get('state', 'unknown')})")
 
+        async def variant(tokens: tuple[int, ...]) -> str:
+            return await self.sync.ensure_variant(PrefixSpec(
+                variant_id(context.prefix_id, tokens), team, tokens, pin=True,
+                kind="variant"))
+
         def run(request: dict[str, Any]) -> AsyncIterator[Item]:
-            return self.engine.team_chat(request, context)
+            return self.engine.team_chat(request, context, variant)
 
         async for item in with_headers(self._serve(bound, run),
                                        {PREFIX_HEADER: cold} if cold else None):
@@ -219,6 +224,7 @@ class LLMReplica:
                                  "fast_binds": self.sync.binds.fast,
                                  "slow_binds": self.sync.binds.slow,
                                  "context_spliced": self.engine.splices.spliced,
+                                 "context_variants": self.engine.splices.variants,
                                  "context_rendered": self.engine.splices.rendered},
                 **await self.engine.stats()}
 

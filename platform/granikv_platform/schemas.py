@@ -35,7 +35,7 @@ class PrefixCreate(BaseModel):
 class PrefixRecord(BaseModel):
     prefix_id: str
     team: str
-    kind: Literal["prefix", "context"] = "prefix"
+    kind: Literal["prefix", "context", "variant"] = "prefix"
     length: int = Field(description="Tokens.")
     state: str = Field(description="ready (in HOT), filling, or cold (served from paged KV).")
     hot_start: int | None = Field(None, description="First HOT slot, when ready.")

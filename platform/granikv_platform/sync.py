@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from granikv_platform.registry import PrefixSpec
+from granikv_platform.registry import VARIANT_SEP, PrefixSpec
 
 logger = logging.getLogger("ray.serve")
 
@@ -148,6 +148,17 @@ class PrefixSync:
                 self.specs[spec.prefix_id] = spec
         return spec
 
+    async def ensure_variant(self, spec: PrefixSpec) -> str:
+        """A context variant (``registry.variant_id``) held here: from the local view
+        when it is (no call), else registered (the registry, then this engine)."""
+        known = self.specs.get(spec.prefix_id)
+        if known is not None and self._held(known):
+            self.binds.fast += 1
+            return spec.prefix_id
+        self.binds.slow += 1
+        await self.add(spec)
+        return spec.prefix_id
+
     def _held(self, spec: PrefixSpec) -> bool:
         rec = self.records.get(spec.prefix_id)
         return rec is not None and plan([spec], [rec]).empty
@@ -179,9 +190,12 @@ class PrefixSync:
             old = await self.hub.set_context(spec)
             if old is not None:
                 self.specs.pop(old, None)
+                for pid in [p for p in self.specs if p.startswith(old + VARIANT_SEP)]:
+                    del self.specs[pid]  # the registry dropped them with the context
             self.specs[spec.prefix_id] = spec
             ids = {spec.prefix_id, old} if old else {spec.prefix_id}
-            records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids]
+            records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids
+                       or (old and r["prefix_id"].startswith(old + VARIANT_SEP))]
             await self._apply(plan([spec], records))
 
     async def _roll_back(self, spec: PrefixSpec) -> None:
