@@ -27,7 +27,7 @@ from granikv_engine.prefix_registry import (
 # conversations (tools); its id is the context's + VARIANT_SEP + a digest, and it goes
 # when its context goes.
 Kind = Literal["prefix", "context", "variant"]
-VARIANT_SEP = "~"
+VARIANT_SEP = ":"  # allowed in prefix ids (schemas.PREFIX_ID_PATTERN)
 
 
 def variant_id(context_id: str, token_ids: tuple[int, ...]) -> str:

@@ -190,7 +190,8 @@ class PrefixSync:
             old = await self.hub.set_context(spec)
             if old is not None:
                 self.specs.pop(old, None)
-                for pid in [p for p in self.specs if p.startswith(old + VARIANT_SEP)]:
+                for pid in [p for p, s in self.specs.items()
+                            if s.kind == "variant" and p.startswith(old + VARIANT_SEP)]:
                     del self.specs[pid]  # the registry dropped them with the context
             self.specs[spec.prefix_id] = spec
             ids = {spec.prefix_id, old} if old else {spec.prefix_id}

@@ -85,7 +85,7 @@ def test_a_splice_binds_the_context_or_a_variant_or_nothing() -> None:
         asked.append(tokens)
         if tokens[0] == 99:
             raise RuntimeError("no room")
-        return "ctx~v"
+        return "ctx:v"
 
     def bind(prompt: list[int], binder: object = variant) -> tuple[ContextSplice, Any]:
         s = ContextSplice((10,), (7, 7), (1, 7, 7, 3), "text", SpliceCounters(), binder)  # type: ignore[arg-type]
@@ -98,7 +98,7 @@ def test_a_splice_binds_the_context_or_a_variant_or_nothing() -> None:
     s, xargs = bind([1, 10, 3, 4])  # the context's own prefix
     assert s.outcome == "hit" and xargs["granikv_prefix_id"] == "ctx" and not asked
     s, xargs = bind([1, 5, 10, 6, 4])  # something before the context, and after it
-    assert s.outcome == "hit" and xargs["granikv_prefix_id"] == "ctx~v"
+    assert s.outcome == "hit" and xargs["granikv_prefix_id"] == "ctx:v"
     assert asked == [(1, 5, 7, 7)] and s.counters.variants == 1
     s, xargs = bind([99, 10, 4])  # the variant could not be registered: unbound
     assert s.outcome.startswith("miss; reason=variant-not-registered")

@@ -67,14 +67,14 @@ def test_a_contexts_variants_go_with_it() -> None:
     st.set_context(spec("red-ctx-1", kind="context", text="one"))
     st.set_context(spec("blue-ctx-1", team="blue", kind="context", text="b"))
     v1 = variant_id("red-ctx-1", (7, 1, 2, 3))
-    assert v1.startswith("red-ctx-1~") and v1 != variant_id("red-ctx-1", (8, 1, 2, 3))
+    assert v1.startswith("red-ctx-1:") and v1 != variant_id("red-ctx-1", (8, 1, 2, 3))
     assert v1 == variant_id("red-ctx-1", (7, 1, 2, 3))
     st.put(spec(v1, toks=(7, 1, 2, 3), kind="variant"))
     vb = variant_id("blue-ctx-1", (7, 1))
     st.put(spec(vb, team="blue", toks=(7, 1), kind="variant"))
-    st.put(spec("red-ctx-10~x", toks=(5,), kind="prefix"))  # not a variant: a lookalike
+    st.put(spec("red-ctx-1:x", toks=(5,), kind="prefix"))  # not a variant: a lookalike
     st.set_context(spec("red-ctx-2", toks=(4, 5), kind="context", text="two"))
-    assert v1 not in st.specs and vb in st.specs and "red-ctx-10~x" in st.specs
+    assert v1 not in st.specs and vb in st.specs and "red-ctx-1:x" in st.specs
     v2 = variant_id("red-ctx-2", (7, 4, 5))
     st.put(spec(v2, toks=(7, 4, 5), kind="variant"))
     st.delete("red-ctx-2", "red")

@@ -103,7 +103,7 @@ def test_tool_calls_of_a_team_read_its_context_from_hot(family_app: tuple[str, F
 
     prefixes = team.get("/v1/prefixes").json()["data"]
     (variant,) = [p for p in prefixes if p["kind"] == "variant"]
-    assert variant["prefix_id"].startswith(context_id + "~") and variant["state"] == "ready"
+    assert variant["prefix_id"].startswith(context_id + ":") and variant["state"] == "ready"
     assert variant["length"] > context_len - 16
     # a new context: the variant goes with the old one
     assert team.put(f"/teams/{TEAM}/context", json={"text": CONTEXT + " Twice."}).status_code == 200
