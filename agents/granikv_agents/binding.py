@@ -50,10 +50,30 @@ class TurnRequest:
     kind: str
     messages: tuple[tuple[str, str], ...]  # (role, content); the shared context not included
     sampling: Sampling
+    # With tools: the conversation as OpenAI chat messages (assistant tool calls, tool
+    # results with their call ids), roles already folded; ``messages`` is then unused.
+    chat: tuple[dict[str, Any], ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI function tools
+    tool_choice: Any = None  # OpenAI's: "auto", "none", "required" or a named function
+    extra_body: dict[str, Any] | None = None  # more of vLLM's request fields
 
-    def dicts(self) -> list[dict[str, str]]:
+    def dicts(self) -> list[dict[str, Any]]:
         """The chat messages, roles folded in (``fold_roles``)."""
+        if self.chat:
+            return [dict(m) for m in self.chat]
         return [{"role": r, "content": c} for r, c in fold_roles(self.messages)]
+
+    def body(self, model: str) -> dict[str, Any]:
+        """The chat completions request body of this turn (the context not included)."""
+        s = self.sampling
+        body: dict[str, Any] = {"model": model, "max_tokens": s.max_tokens,
+                                "temperature": s.temperature, "seed": s.seed,
+                                "messages": self.dicts()}
+        if self.tools:
+            body["tools"] = list(self.tools)
+            if self.tool_choice is not None:
+                body["tool_choice"] = self.tool_choice
+        return {**(self.extra_body or {}), **body}
 
 
 def fold_roles(messages: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
@@ -76,6 +96,7 @@ class Reply:
     text: str
     prompt_tokens: int  # as the engine counted them: shared context + own messages
     completion_tokens: int
+    tool_calls: tuple[dict[str, Any], ...] = ()  # OpenAI's: {id, type, function{name, arguments}}
 
 
 class TeamBackend(Protocol):

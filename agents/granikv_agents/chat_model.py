@@ -6,18 +6,33 @@ prefix) and the messages follow. Chat templates accept one system message, at th
 and the platform's is the context: ``conversation`` folds the graph's own system messages
 (agent roles) into the first user message, so a role never becomes a second system
 message. The context is pinned on the first call (idempotent: reused when pinned).
-Tool calls need the OpenAI route (``ChatOpenAI`` through ``HttpTeamBackend``'s URL).
+``bind_tools`` works as ChatOpenAI's: the tools go to the platform (vLLM's tool parser
+turns the model's call into ``tool_calls``), an ``AIMessage`` comes back with
+``tool_calls``, and ``ToolMessage`` results go back with their call ids; the team's
+context stays in HOT (a tool-bearing chat reads a variant of its prefix when the
+template puts the tools next to it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from granikv_agents.binding import TeamBackend, TurnRequest
@@ -68,15 +83,43 @@ class TeamChatModel(BaseChatModel):
         backend: TeamBackend = self.backend
         if self._pin is None:
             self._pin = await backend.pin_context(self.context)
-        turn = tuple((_ROLES.get(m.type, "user"), str(m.content))
-                     for m in conversation(messages))
+        said = conversation(messages)
+        turn = tuple((_ROLES.get(m.type, "user"), str(m.content)) for m in said)
+        tools = tuple(kwargs.get("tools") or ())
+        with_tools = bool(tools) or any(
+            isinstance(m, ToolMessage) or (isinstance(m, AIMessage) and m.tool_calls)
+            for m in said)
         sampling = Sampling(int(kwargs.get("max_tokens", self.max_tokens)),
                             float(kwargs.get("temperature", self.temperature)),
                             kwargs.get("seed", self.seed))
-        reply = await backend.chat(TurnRequest(self.agent, 1, "work", turn, sampling),
-                                   self._pin)
+        request = TurnRequest(
+            self.agent, 1, "work", turn, sampling,
+            chat=tuple(convert_to_openai_messages(said)) if with_tools else (),  # type: ignore[arg-type]
+            tools=tools, tool_choice=kwargs.get("tool_choice"),
+            extra_body=kwargs.get("extra_body"))
+        reply = await backend.chat(request, self._pin)
         usage = {"input_tokens": reply.prompt_tokens, "output_tokens": reply.completion_tokens,
                  "total_tokens": reply.prompt_tokens + reply.completion_tokens}
         msg = AIMessage(reply.text, usage_metadata=usage,  # type: ignore[arg-type]
+                        tool_calls=[_tool_call(c) for c in reply.tool_calls],
                         response_metadata={"model_provider": "granikv", "agent": self.agent})
         return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+                   *, tool_choice: str | dict[str, Any] | None = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """As ChatOpenAI's: ``tool_choice`` "auto", "none", "required", or a tool's name."""
+        openai_tools = [convert_to_openai_tool(t) for t in tools]
+        if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
+            tool_choice = {"type": "function", "function": {"name": tool_choice}}
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=openai_tools, **kwargs)  # type: ignore[return-value]
+
+
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool call as LangChain's ``ToolCall``."""
+    f = call["function"]
+    args = f.get("arguments") or "{}"
+    return {"name": f["name"], "args": json.loads(args) if isinstance(args, str) else args,
+            "id": call.get("id"), "type": "tool_call"}

@@ -3,6 +3,7 @@
 Agent turns go through LangChain's ``ChatOpenAI`` at the team's OpenAI root
 ``{url}/teams/{team}/v1``: the platform puts the team context first as a system message
 and binds the request to the team's HOT prefix, so the client needs no ``extra_body``.
+A turn with tools posts the same route's OpenAI body directly (``TurnRequest.body``).
 The context is set and read with ``PUT/GET {url}/teams/{team}/context``. Every call
 carries the team's API key (``Authorization: Bearer``; ChatOpenAI's ``api_key``) and the
 team header, which must agree with the key. Retries are the graph's (``max_retries=0``
@@ -62,6 +63,8 @@ class HttpTeamBackend:
         return None if record is None else context_pin(record, reused=True)
 
     async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
+        if request.tools or request.chat or request.extra_body:
+            return await self._chat_body(request)
         llm = await self._llm(request.sampling)
         try:
             msg = await llm.ainvoke([(d["role"], d["content"]) for d in request.dicts()])
@@ -78,6 +81,18 @@ class HttpTeamBackend:
         await self._openai_http.aclose()
 
     # ---- internals ------------------------------------------------------------------
+    async def _chat_body(self, request: TurnRequest) -> Reply:
+        """A turn with tools (or tool results, or more request fields): the team route's
+        OpenAI body as it is, the tool calls as the server parsed them."""
+        out = await self._request("POST", f"/teams/{self.team}/v1/chat/completions",
+                                  json=request.body(await self.model()))
+        usage = out.get("usage") or {}
+        message = out["choices"][0]["message"]
+        return Reply(text=message.get("content") or "",
+                     prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                     completion_tokens=int(usage.get("completion_tokens", 0)),
+                     tool_calls=tuple(message.get("tool_calls") or ()))
+
     async def _llm(self, s: Sampling) -> ChatOpenAI:
         if s not in self._llms:
             self._llms[s] = ChatOpenAI(  # type: ignore[call-arg]

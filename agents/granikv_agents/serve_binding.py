@@ -47,14 +47,13 @@ class ServeTeamBackend:
         return None if record is None else context_pin(record, reused=True)
 
     async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
-        body = {"model": self.model, "max_tokens": request.sampling.max_tokens,
-                "temperature": request.sampling.temperature, "seed": request.sampling.seed,
-                "messages": request.dicts()}
-        out = await self._first(body, context["prefix_id"])
+        out = await self._first(request.body(self.model), context["prefix_id"])
         usage = out.get("usage") or {}
-        return Reply(text=out["choices"][0]["message"]["content"] or "",
+        message = out["choices"][0]["message"]
+        return Reply(text=message.get("content") or "",
                      prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                     completion_tokens=int(usage.get("completion_tokens", 0)))
+                     completion_tokens=int(usage.get("completion_tokens", 0)),
+                     tool_calls=tuple(message.get("tool_calls") or ()))
 
     async def aclose(self) -> None:
         return None

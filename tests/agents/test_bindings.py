@@ -71,3 +71,43 @@ def test_pipeline_prompts_match_across_bindings(client: Client, base_url: str,
     d = delta(settled(base_url), before)
     assert d["hits"] == d[f"prefix:{over_rest['context']['prefix_id']}"] == 10, d
     assert "bind_errors" not in d, d
+
+
+def test_team_model_tool_calls_through_the_platform(base_url: str) -> None:
+    """TeamChatModel.bind_tools over the HTTP binding, on the tiny model: the call the
+    model writes (forced by a structured-output choice: its weights are random) comes
+    back parsed by vLLM's hermes parser, the tool's result goes back with its call id,
+    and both turns read the team's context from HOT."""
+    import json as json_
+
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    from granikv_agents.chat_model import TeamChatModel
+    from granikv_agents.examples.tools import review_rule
+
+    call = '<tool_call>{"name": "review_rule", "arguments": {"number": 2}}</tool_call>'
+    context = "Green's review rules apply to every change. " * 8
+
+    async def go() -> tuple[Any, Any]:
+        backend = http_backend(base_url, "green")
+        try:
+            model = TeamChatModel(backend=backend, context=context, max_tokens=48)
+            asked = [HumanMessage("What is rule 2?")]
+            first = await model.bind_tools([review_rule]).ainvoke(
+                asked, extra_body={"structured_outputs": {"choice": [call]}})
+            result = ToolMessage(str(review_rule.invoke(first.tool_calls[0]["args"])),
+                                 tool_call_id=first.tool_calls[0]["id"])
+            second = await model.bind_tools([review_rule]).ainvoke(
+                [*asked, first, result], max_tokens=4)
+            return first, second
+        finally:
+            await backend.aclose()
+
+    before = settled(base_url)
+    first, second = asyncio.run(go())
+    assert [(c["name"], c["args"]) for c in first.tool_calls] == [("review_rule", {"number": 2})]
+    assert first.tool_calls[0]["id"]
+    assert second.usage_metadata["input_tokens"] > first.usage_metadata["input_tokens"]
+    d = delta(settled(base_url), before)
+    assert d["hits"] == 2 and "bind_errors" not in d, d
+    assert json_.dumps(d)
