@@ -27,11 +27,11 @@ import httpx
 import pytest
 
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
+from granikv_platform.names import TEAM_HEADER
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_YAML = REPO / "deploy" / "local.yaml"
 APP = "gkvtest"
-TEAM_HEADER = "X-GraniKV-Team"
 SYNC_PERIOD_S = 0.5
 # configured teams, each with a key
 TEAMS = ("red", "blue", "gold", "green", "fuzz", "chaos", "bench", "plain")

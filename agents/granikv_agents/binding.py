@@ -16,7 +16,6 @@ from typing import Any, Protocol
 from granikv_agents.state import ContextPin
 from granikv_agents.team import Sampling
 
-TEAM_HEADER = "X-GraniKV-Team"  # the platform's identity header (granikv_platform.identity)
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 
 

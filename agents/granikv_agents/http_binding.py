@@ -20,7 +20,6 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from granikv_agents.binding import (
-    TEAM_HEADER,
     Reply,
     TransientLLMError,
     TurnRequest,
@@ -29,6 +28,7 @@ from granikv_agents.binding import (
 )
 from granikv_agents.state import ContextPin
 from granikv_agents.team import Sampling
+from granikv_platform.names import TEAM_HEADER
 from granikv_platform.protocol import NO_TEAM_CONTEXT
 
 

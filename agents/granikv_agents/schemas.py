@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from granikv_agents.graph import RetryConfig
 from granikv_agents.spec import TeamSpec
+from granikv_platform.names import TEAM_RE
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ class RunCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: TeamSpec | None = Field(None, description="The team spec; its team must be the "
                                   "route's.")
-    spec_name: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$",
+    spec_name: str | None = Field(None, pattern=TEAM_RE.pattern,
                                   description="A spec file of the service's specs_dir.")
     task: str | None = Field(None, min_length=1, description="Replaces the spec's task.")
 

@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from granikv_agents.team import Agent, Limits, Sampling, Team, Workflow
+from granikv_platform.names import TEAM_RE
 
-TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # = the platform's team names
 AGENT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 GRAPH_RE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # module:function
 Shape = Literal["map_reduce", "debate", "pipeline"]

@@ -5,15 +5,15 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from granikv_agents.spec import TeamSpec
+from granikv_platform.names import TEAM_RE
 
-SPEC_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+SPEC_NAME_RE = TEAM_RE  # a spec file is named like a team
 
 
 class SpecFileError(ValueError):

@@ -7,7 +7,6 @@ validates it here. YAML is read only at the edges (``loader.py``, the CLI).
 from __future__ import annotations
 
 import dataclasses
-import re
 from functools import cache
 from typing import Any, ClassVar, Literal
 
@@ -16,9 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from granikv_engine.config import GraniKVConfig
 from granikv_platform.env import resolve_path
 from granikv_platform.frontend import check_frontend
+from granikv_platform.names import TEAM_RE
 from granikv_platform.serve_options import check_deployment_options
 
-TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 # Engine arguments the platform sets itself, from the fields named here.
 _OWNED_KWARGS = {
     "model": "model.source", "served_model_name": "model.model_id",

@@ -15,10 +15,9 @@ from typing import Any
 from fastapi import Request
 
 from granikv_platform.auth import Authenticator, Principal
-from granikv_platform.config import TEAM_RE
 from granikv_platform.errors import ApiError
+from granikv_platform.names import TEAM_HEADER, TEAM_RE
 
-TEAM_HEADER = "X-GraniKV-Team"
 # Requests without a team are scoped to this name, which no real team can take (TEAM_RE):
 # prompt matching then never binds them to a team's prefix.
 ANONYMOUS = "_anonymous"
