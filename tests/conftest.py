@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
-from granikv_platform.names import TEAM_HEADER
+from granikv_platform.names import TEAM_HEADER as TEAM_HEADER  # re-exported
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_YAML = REPO / "deploy" / "local.yaml"
