@@ -10,6 +10,8 @@ retry policy retries only the first.
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -62,7 +64,7 @@ class TurnRequest:
             return [dict(m) for m in self.chat]
         return [{"role": r, "content": c} for r, c in fold_roles(self.messages)]
 
-    def body(self, model: str) -> dict[str, Any]:
+    def body(self, model: str, stream: bool = False) -> dict[str, Any]:
         """The chat completions request body of this turn (the context not included)."""
         s = self.sampling
         body: dict[str, Any] = {"model": model, "max_tokens": s.max_tokens,
@@ -72,6 +74,8 @@ class TurnRequest:
             body["tools"] = list(self.tools)
             if self.tool_choice is not None:
                 body["tool_choice"] = self.tool_choice
+        if stream:
+            body.update(stream=True, stream_options={"include_usage": True})
         return {**(self.extra_body or {}), **body}
 
 
@@ -98,6 +102,35 @@ class Reply:
     tool_calls: tuple[dict[str, Any], ...] = ()  # OpenAI's: {id, type, function{name, arguments}}
 
 
+@dataclass(frozen=True)
+class Delta:
+    """A piece of a streamed turn: text (maybe empty), and, on the last piece, the token
+    counts (``usage`` set)."""
+
+    text: str
+    usage: tuple[int, int] | None = None  # (prompt_tokens, completion_tokens)
+
+
+def sse_deltas(lines: Any) -> list[Delta]:
+    """The deltas of some SSE lines of an OpenAI chat stream (``data: {...}``; others,
+    ``data: [DONE]`` included, are skipped). A line with an ``error`` raises it."""
+    out = []
+    for line in lines:
+        if not line.startswith("data: {"):
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            err = chunk["error"]
+            raise status_error(int(err.get("code") or 500), str(err.get("message")))
+        text = "".join((c.get("delta") or {}).get("content") or ""
+                       for c in chunk.get("choices") or ())
+        u = chunk.get("usage")
+        usage = (int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))) if u else None
+        if text or usage:
+            out.append(Delta(text, usage))
+    return out
+
+
 class TeamBackend(Protocol):
     """The platform as one team's agents use it."""
 
@@ -115,6 +148,11 @@ class TeamBackend(Protocol):
     async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
         """One agent turn: the shared context first (bound to ``context``'s HOT
         prefix), then the request's own messages."""
+        ...
+
+    def stream(self, request: TurnRequest, context: ContextPin) -> AsyncIterator[Delta]:
+        """``chat``, streamed: the reply's text as it is generated, the token counts on
+        the last delta. Tools are not streamed (use ``chat``)."""
         ...
 
     async def aclose(self) -> None: ...

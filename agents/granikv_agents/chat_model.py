@@ -16,20 +16,21 @@ template puts the tools next to it).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
     convert_to_openai_messages,
 )
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -81,8 +82,47 @@ class TeamChatModel(BaseChatModel):
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
         backend: TeamBackend = self.backend
+        request = self._request(messages, kwargs)
         if self._pin is None:
             self._pin = await backend.pin_context(self.context)
+        reply = await backend.chat(request, self._pin)
+        msg = AIMessage(reply.text, usage_metadata=_usage(reply.prompt_tokens,  # type: ignore[arg-type]
+                                                          reply.completion_tokens),
+                        tool_calls=[_tool_call(c) for c in reply.tool_calls],
+                        response_metadata={"model_provider": "granikv", "agent": self.agent})
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        """Tokens as they are generated (LangGraph's ``stream_mode="messages"``), the
+        token counts on the last chunk. A turn with tools, or a backend that does not
+        stream, comes as one chunk."""
+        request = self._request(messages, kwargs)
+        stream = getattr(self.backend, "stream", None)
+        if request.tools or request.chat or stream is None:
+            result = await self._agenerate(messages, stop, run_manager, **kwargs)
+            msg = result.generations[0].message
+            yield ChatGenerationChunk(message=AIMessageChunk(
+                content=msg.content, usage_metadata=msg.usage_metadata,  # type: ignore[attr-defined]
+                tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]),
+                                   "id": c["id"], "index": i, "type": "tool_call_chunk"}
+                                  for i, c in enumerate(getattr(msg, "tool_calls", []))],
+                response_metadata=msg.response_metadata))
+            return
+        if self._pin is None:
+            self._pin = await self.backend.pin_context(self.context)
+        async for delta in stream(request, self._pin):
+            chunk = ChatGenerationChunk(message=AIMessageChunk(
+                content=delta.text,
+                usage_metadata=None if delta.usage is None else _usage(*delta.usage),  # type: ignore[arg-type]
+                response_metadata={"model_provider": "granikv", "agent": self.agent}
+                if delta.usage else {}))
+            if run_manager is not None and delta.text:
+                await run_manager.on_llm_new_token(delta.text, chunk=chunk)
+            yield chunk
+
+    def _request(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> TurnRequest:
         said = conversation(messages)
         turn = tuple((_ROLES.get(m.type, "user"), str(m.content)) for m in said)
         tools = tuple(kwargs.get("tools") or ())
@@ -92,18 +132,11 @@ class TeamChatModel(BaseChatModel):
         sampling = Sampling(int(kwargs.get("max_tokens", self.max_tokens)),
                             float(kwargs.get("temperature", self.temperature)),
                             kwargs.get("seed", self.seed))
-        request = TurnRequest(
+        return TurnRequest(
             self.agent, 1, "work", turn, sampling,
             chat=tuple(convert_to_openai_messages(said)) if with_tools else (),  # type: ignore[arg-type]
             tools=tools, tool_choice=kwargs.get("tool_choice"),
             extra_body=kwargs.get("extra_body"))
-        reply = await backend.chat(request, self._pin)
-        usage = {"input_tokens": reply.prompt_tokens, "output_tokens": reply.completion_tokens,
-                 "total_tokens": reply.prompt_tokens + reply.completion_tokens}
-        msg = AIMessage(reply.text, usage_metadata=usage,  # type: ignore[arg-type]
-                        tool_calls=[_tool_call(c) for c in reply.tool_calls],
-                        response_metadata={"model_provider": "granikv", "agent": self.agent})
-        return ChatResult(generations=[ChatGeneration(message=msg)])
 
     def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
                    *, tool_choice: str | dict[str, Any] | None = None,
@@ -115,6 +148,11 @@ class TeamChatModel(BaseChatModel):
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
         return self.bind(tools=openai_tools, **kwargs)  # type: ignore[return-value]
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"input_tokens": prompt, "output_tokens": completion,
+            "total_tokens": prompt + completion}
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:

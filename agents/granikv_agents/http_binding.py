@@ -12,6 +12,7 @@ here), so every attempt is visible to it.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -20,10 +21,12 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from granikv_agents.binding import (
+    Delta,
     Reply,
     TransientLLMError,
     TurnRequest,
     context_pin,
+    sse_deltas,
     status_error,
 )
 from granikv_agents.state import ContextPin
@@ -75,6 +78,20 @@ class HttpTeamBackend:
         usage = msg.usage_metadata or {"input_tokens": 0, "output_tokens": 0}
         return Reply(text=str(msg.content), prompt_tokens=int(usage["input_tokens"]),
                      completion_tokens=int(usage["output_tokens"]))
+
+    async def stream(self, request: TurnRequest, context: ContextPin) -> AsyncIterator[Delta]:
+        body = request.body(await self.model(), stream=True)
+        path = f"/teams/{self.team}/v1/chat/completions"
+        try:
+            async with self._http.stream("POST", path, json=body) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    raise status_error(r.status_code, _body_message(r))
+                async for line in r.aiter_lines():
+                    for delta in sse_deltas([line]):
+                        yield delta
+        except httpx.TransportError as e:
+            raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -13,14 +13,17 @@ HTTP status.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from granikv_agents.binding import (
+    Delta,
     LLMCallError,
     Reply,
     TransientLLMError,
     TurnRequest,
     context_pin,
+    sse_deltas,
     status_error,
 )
 from granikv_agents.state import ContextPin
@@ -54,6 +57,22 @@ class ServeTeamBackend:
                      prompt_tokens=int(usage.get("prompt_tokens", 0)),
                      completion_tokens=int(usage.get("completion_tokens", 0)),
                      tool_calls=tuple(message.get("tool_calls") or ()))
+
+    async def stream(self, request: TurnRequest, context: ContextPin) -> AsyncIterator[Delta]:
+        body = request.body(self.model, stream=True)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async for item in self._stream.team_chat.remote(self.team, body,
+                                                                context["prefix_id"]):
+                    if "sse" not in item:
+                        _unwrap(item)  # an error item raises; anything else is one
+                        raise LLMCallError(500, f"expected a stream, got {sorted(item)}")
+                    for delta in sse_deltas(item["sse"].splitlines()):
+                        yield delta
+        except LLMCallError:
+            raise
+        except Exception as e:  # the replica died or is restarting, or a timeout
+            raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
 
     async def aclose(self) -> None:
         return None

@@ -111,3 +111,39 @@ def test_team_model_tool_calls_through_the_platform(base_url: str) -> None:
     d = delta(settled(base_url), before)
     assert d["hits"] == 2 and "bind_errors" not in d, d
     assert json_.dumps(d)
+
+
+def test_both_bindings_stream_the_same_tokens(base_url: str) -> None:
+    """TeamChatModel.astream through the HTTP binding and through the Serve handle (the
+    in-cluster binding, as the run executor uses it): the reply arrives in pieces, the
+    same greedy text both ways, with its token counts, and each turn is a HOT hit."""
+    from ray import serve
+
+    from granikv_agents.chat_model import TeamChatModel
+    from granikv_agents.serve_binding import ServeTeamBackend
+    from tests.conftest import APP
+
+    context = "Streaming check of the green team. " * 6
+
+    async def chunks(backend: Any) -> list[Any]:
+        try:
+            model = TeamChatModel(backend=backend, context=context, max_tokens=12)
+            return [c async for c in model.astream("Say something.",
+                                                   extra_body={"ignore_eos": True})]
+        finally:
+            await backend.aclose()
+
+    handle = serve.get_deployment_handle(f"{APP}-llm", app_name=APP)
+    before = settled(base_url)
+    over_http = asyncio.run(chunks(http_backend(base_url, "green")))
+    in_cluster = asyncio.run(chunks(ServeTeamBackend(handle, "green", "tiny-llama")))
+    for got in (over_http, in_cluster):
+        texts = [c.content for c in got if c.content]
+        assert len(texts) >= 2, got  # streamed, not one piece
+        total = got[0]
+        for c in got[1:]:
+            total = total + c
+        assert total.usage_metadata["output_tokens"] == 12, total
+    assert "".join(c.content for c in over_http) == "".join(c.content for c in in_cluster)
+    d = delta(settled(base_url), before)
+    assert d["hits"] == 2 and "bind_errors" not in d, d

@@ -11,7 +11,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from granikv_agents.binding import Reply, TurnRequest
+from granikv_agents.binding import Delta, Reply, TurnRequest, sse_deltas
 from granikv_agents.chat_model import TeamChatModel
 from granikv_agents.examples.tools import graph
 from granikv_agents.graph import RunContext
@@ -85,3 +85,64 @@ def test_tool_choice_and_extra_body_reach_the_request() -> None:
     plain = Recording(Reply("ok", 1, 1))
     asyncio.run(TeamChatModel(backend=plain, context="c").ainvoke("hi"))
     assert plain.requests[0].chat == () and plain.requests[0].tools == ()
+
+
+class Streaming(Recording):
+    """Streams its replies' text in two pieces, the token counts last."""
+
+    def __init__(self, *texts: str) -> None:
+        super().__init__(*(Reply(t, 10, 2) for t in texts))
+
+    async def stream(self, request: TurnRequest, context: ContextPin) -> Any:
+        reply = (await self.chat(request, context)).text
+        half = len(reply) // 2
+        for piece in (reply[:half], reply[half:]):
+            yield Delta(piece)
+        yield Delta("", (10, 2))
+
+
+def test_the_team_model_streams_tokens_into_langgraph_messages_mode() -> None:
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    backend = Streaming("Hello there")
+    model = TeamChatModel(backend=backend, context="c")
+
+    async def node(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", node)
+    g.add_edge(START, "agent")
+
+    async def run() -> list[str]:
+        return [chunk.content async for chunk, _ in g.compile().astream(
+            {"messages": [HumanMessage("hi")]}, stream_mode="messages")]
+
+    assert [t for t in asyncio.run(run()) if t] == ["Hello", " there"]  # token by token
+    chunks = asyncio.run(_collect(TeamChatModel(backend=Streaming("abcd"), context="c")))
+    assert "".join(c.content for c in chunks) == "abcd"
+    total = chunks[0]
+    for c in chunks[1:]:
+        total = total + c
+    assert total.content == "abcd" and total.usage_metadata == {
+        "input_tokens": 10, "output_tokens": 2, "total_tokens": 12}
+
+
+async def _collect(model: TeamChatModel) -> list[Any]:
+    return [c async for c in model.astream("hi")]
+
+
+def test_sse_deltas_reads_text_usage_and_errors() -> None:
+    import pytest
+
+    from granikv_agents.binding import LLMCallError, TransientLLMError
+
+    lines = ['data: {"choices": [{"delta": {"role": "assistant", "content": ""}}]}',
+             'data: {"choices": [{"delta": {"content": "Hi"}}]}', "",
+             'data: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}',
+             "data: [DONE]"]
+    assert sse_deltas(lines) == [Delta("Hi"), Delta("", (7, 1))]
+    with pytest.raises(TransientLLMError):
+        sse_deltas(['data: {"error": {"message": "boom", "code": 500}}'])
+    with pytest.raises(LLMCallError, match="400: bad"):
+        sse_deltas(['data: {"error": {"message": "bad", "code": 400}}'])
