@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from granikv_agents.spec import TeamSpec
 from granikv_platform.names import TEAM_RE
+from granikv_platform.protocol import validation_message
 
 SPEC_NAME_RE = TEAM_RE  # a spec file is named like a team
 
@@ -49,8 +50,4 @@ def spec_names(folder: str | Path) -> list[str]:
 
 
 def _lines(e: ValidationError) -> str:
-    out = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        out.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
-    return "; ".join(out)
+    return validation_message(e)

@@ -18,7 +18,13 @@ from starlette.responses import JSONResponse
 
 from granikv_engine.prefix_registry import PrefixError
 from granikv_platform.auth import AuthError
-from granikv_platform.protocol import Item, error_item, prefix_error_item, wire_error
+from granikv_platform.protocol import (
+    Item,
+    error_item,
+    prefix_error_item,
+    validation_message,
+    wire_error,
+)
 
 logger = logging.getLogger("ray.serve")
 
@@ -95,8 +101,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        lines = []
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err.get("loc", ()))
-            lines.append(f"{loc}: {err.get('msg', 'invalid')}")
-        return error_response(error_item(422, "; ".join(lines) or "invalid request"))
+        return error_response(error_item(422, validation_message(e) or "invalid request"))

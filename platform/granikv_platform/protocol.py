@@ -42,8 +42,10 @@ def prefix_error_item(e: PrefixError) -> Item:
     return error_item(e.status, str(e.args[0]) if e.args else type(e).__name__)
 
 
-def validation_message(e: ValidationError) -> str:
-    """One line per problem: ``body.messages.0.role: Input should be ...``."""
+def validation_message(e: ValidationError | Any) -> str:
+    """One line per problem: ``body.messages.0.role: Input should be ...``, of pydantic's
+    ``ValidationError`` or anything with its ``errors()`` (FastAPI's
+    ``RequestValidationError``)."""
     parts = []
     for err in e.errors():
         loc = ".".join(str(p) for p in err.get("loc", ()))
