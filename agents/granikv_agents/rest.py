@@ -16,12 +16,12 @@ team's run id is 403 and an unknown one 404, as for prefixes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
+from granikv_agents.relay import relay
 from granikv_agents.schemas import RUN_ID_PATTERN, RunCreate
 from granikv_agents.service_handle import service as _service
 from granikv_agents.threads.routes import threads_router
@@ -61,13 +61,8 @@ def runs_router(team: TeamConfig) -> APIRouter:
                      after: Annotated[int, Query(ge=0, description="Events after this "
                                                  "seq.")] = 0,
                      last_event_id: Annotated[int | None, Header()] = None) -> Response:
-        gen = _service(ing).options(stream=True).events.remote(
-            team.name, run_id, max(after, last_event_id or 0))
-        first: Item = await gen.__anext__()
-        if "error" in first:
-            gen.cancel()
-            return error_response(first)
-        return StreamingResponse(_sse(first, gen), media_type="text/event-stream")
+        return await relay(_service(ing).options(stream=True).events.remote(
+            team.name, run_id, max(after, last_event_id or 0)))
 
     r.include_router(threads_router(team.name))
     return r
@@ -76,11 +71,3 @@ def runs_router(team: TeamConfig) -> APIRouter:
 def _answer(item: Item, status: int = 200) -> Response:
     return error_response(item) if "error" in item else JSONResponse(item["json"], status)
 
-
-async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:
-    try:
-        yield first["sse"]
-        async for item in gen:
-            yield item["sse"]
-    finally:
-        gen.cancel()  # a client that went away stops the service's generator

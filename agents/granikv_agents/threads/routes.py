@@ -15,12 +15,12 @@ Serve handle, as ``rest.py``'s routes do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
+from granikv_agents.relay import relay
 from granikv_agents.service_handle import service
 from granikv_agents.threads.schemas import Page, RunCreate, ThreadCreate
 from granikv_platform.deps import Ing
@@ -36,13 +36,9 @@ def threads_router(team: str) -> APIRouter:
         return error_response(item) if "error" in item else JSONResponse(item["json"])
 
     async def stream(ing: Any, tid: str, rid: str, after: int) -> Response:
-        gen = service(ing).options(stream=True).thread_events.remote(team, tid, rid, after)
-        first: Item = await gen.__anext__()
-        if "error" in first:
-            gen.cancel()
-            return error_response(first)
-        return StreamingResponse(_sse(first, gen), media_type="text/event-stream",
-                                 headers={"Location": f"/threads/{tid}/runs/{rid}/stream"})
+        return await relay(
+            service(ing).options(stream=True).thread_events.remote(team, tid, rid, after),
+            headers={"Location": f"/threads/{tid}/runs/{rid}/stream"})
 
     @r.post("/assistants/search")
     async def search_assistants(ing: Ing, body: Page | None = None) -> Response:
@@ -124,11 +120,3 @@ def threads_router(team: str) -> APIRouter:
 
     return r
 
-
-async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:
-    try:
-        yield first["sse"]
-        async for item in gen:
-            yield item["sse"]
-    finally:
-        gen.cancel()  # a client that went away stops the service's generator
