@@ -64,8 +64,9 @@ class SpliceCounters:
 
 # Binds a team chat whose prompt starts with ``head + context`` but not with the
 # context's own prefix: returns the id of a HOT prefix of those tokens (registered on
-# first use). See ``LLMReplica.team_chat``.
-VariantBinder = Callable[[tuple[int, ...]], Awaitable[str]]
+# first use) and its state in the engine ("ready" once in HOT). See
+# ``LLMReplica.team_chat``.
+VariantBinder = Callable[[tuple[int, ...]], Awaitable[tuple[str, str]]]
 
 
 @dataclass
@@ -96,13 +97,15 @@ class ContextSplice:
             return
         xargs = request.vllm_xargs if isinstance(request.vllm_xargs, dict) else {}
         try:
-            xargs["granikv_prefix_id"] = await self.variant((*heads.pop(), *self.content))
+            xargs["granikv_prefix_id"], state = await self.variant(
+                (*heads.pop(), *self.content))
         except Exception as e:  # no room in HOT, say: served from paged KV, unbound
             xargs.pop("granikv_prefix_id", None)
             self.outcome = f"miss; reason=variant-not-registered ({type(e).__name__})"
             return
         self.counters.variants += 1
-        self.outcome = "hit"
+        # registered just now, the variant may still be filling: not read from HOT yet
+        self.outcome = "hit" if state == "ready" else f"miss; reason=not-in-hot (state {state})"
 
 
 class EngineHost:

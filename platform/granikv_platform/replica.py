@@ -100,7 +100,7 @@ class LLMReplica:
         cold = None if record.get("state") == "ready" else (
             f"miss; reason=not-in-hot (state {record.get('state', 'unknown')})")
 
-        async def variant(tokens: tuple[int, ...]) -> str:
+        async def variant(tokens: tuple[int, ...]) -> tuple[str, str]:
             return await self.sync.ensure_variant(PrefixSpec(
                 variant_id(context.prefix_id, tokens), team, tokens, pin=True,
                 kind="variant"))

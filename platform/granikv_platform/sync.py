@@ -148,16 +148,17 @@ class PrefixSync:
                 self.specs[spec.prefix_id] = spec
         return spec
 
-    async def ensure_variant(self, spec: PrefixSpec) -> str:
-        """A context variant (``registry.variant_id``) held here: from the local view
-        when it is (no call), else registered (the registry, then this engine)."""
+    async def ensure_variant(self, spec: PrefixSpec) -> tuple[str, str]:
+        """A context variant (``registry.variant_id``) held here, and its state in the
+        engine: from the local view when it is held (no call), else registered (the
+        registry, then this engine)."""
         known = self.specs.get(spec.prefix_id)
-        if known is not None and self._held(known):
+        if known is None or not self._held(known):
+            self.binds.slow += 1
+            await self.add(spec)
+        else:
             self.binds.fast += 1
-            return spec.prefix_id
-        self.binds.slow += 1
-        await self.add(spec)
-        return spec.prefix_id
+        return spec.prefix_id, str(self.records.get(spec.prefix_id, {}).get("state", "unknown"))
 
     def _held(self, spec: PrefixSpec) -> bool:
         rec = self.records.get(spec.prefix_id)

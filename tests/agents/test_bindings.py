@@ -91,10 +91,11 @@ def test_team_model_tool_calls_through_the_platform(base_url: str) -> None:
     async def go() -> tuple[Any, Any]:
         backend = http_backend(base_url, "green")
         try:
-            model = TeamChatModel(backend=backend, context=context, max_tokens=48)
+            model = TeamChatModel(backend=backend, context=context, max_tokens=64)
             asked = [HumanMessage("What is rule 2?")]
             first = await model.bind_tools([review_rule]).ainvoke(
                 asked, extra_body={"structured_outputs": {"choice": [call]}})
+            assert first.tool_calls, (first.content, first.response_metadata)
             result = ToolMessage(str(review_rule.invoke(first.tool_calls[0]["args"])),
                                  tool_call_id=first.tool_calls[0]["id"])
             second = await model.bind_tools([review_rule]).ainvoke(

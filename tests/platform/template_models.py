@@ -34,9 +34,11 @@ LLAMA_31 = Family(
     ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
      "<|eom_id|>", "<|python_tag|>"), (), "<|begin_of_text|>", "<|eot_id|>", "llama3_json",
     '{"name": "get_weather", "parameters": {"city": "Paris"}}')
+# Qwen's <tool_call> tags stay plain text here: as added tokens, the structured-output
+# grammar that forces the call would have to emit them as one token, which it cannot.
 QWEN_25 = Family(
     "qwen-2.5", "qwen-2.5.jinja", ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-    ("<tool_call>", "</tool_call>"), None, "<|im_end|>", "hermes",
+    (), None, "<|im_end|>", "hermes",
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
 FAMILIES = (LLAMA_31, QWEN_25)
 

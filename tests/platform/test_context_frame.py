@@ -81,11 +81,11 @@ def test_a_splice_binds_the_context_or_a_variant_or_nothing() -> None:
 
     asked: list[tuple[int, ...]] = []
 
-    async def variant(tokens: tuple[int, ...]) -> str:
+    async def variant(tokens: tuple[int, ...]) -> tuple[str, str]:
         asked.append(tokens)
         if tokens[0] == 99:
             raise RuntimeError("no room")
-        return "ctx:v"
+        return "ctx:v", "filling" if tokens[0] == 98 else "ready"
 
     def bind(prompt: list[int], binder: object = variant) -> tuple[ContextSplice, Any]:
         s = ContextSplice((10,), (7, 7), (1, 7, 7, 3), "text", SpliceCounters(), binder)  # type: ignore[arg-type]
@@ -100,6 +100,9 @@ def test_a_splice_binds_the_context_or_a_variant_or_nothing() -> None:
     s, xargs = bind([1, 5, 10, 6, 4])  # something before the context, and after it
     assert s.outcome == "hit" and xargs["granikv_prefix_id"] == "ctx:v"
     assert asked == [(1, 5, 7, 7)] and s.counters.variants == 1
+    s, xargs = bind([98, 10, 4])  # registered, still filling: bound, not read from HOT yet
+    assert s.outcome == "miss; reason=not-in-hot (state filling)"
+    assert xargs["granikv_prefix_id"] == "ctx:v" and s.counters.variants == 1
     s, xargs = bind([99, 10, 4])  # the variant could not be registered: unbound
     assert s.outcome.startswith("miss; reason=variant-not-registered")
     assert "granikv_prefix_id" not in xargs and s.counters.variants == 0

@@ -94,9 +94,11 @@ def test_tool_calls_of_a_team_read_its_context_from_hot(family_app: tuple[str, F
         "model": family.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     assert plain.status_code == 200 and plain.headers["x-granikv-prefix"] == "hit"
 
-    rep = request_path(url, before)
+    rep = request_path(url, stats(url))  # a report made after the requests ended
     g0, g1 = rep0["granikv"]["hits"], rep["granikv"]["hits"]
-    assert g1["hits"] - g0["hits"] >= 3, (g0, g1)  # both tool chats and the plain one
+    # the second tool chat and the plain one; the first registered the variant, which
+    # may still have been filling when it ran
+    assert g1["hits"] - g0["hits"] >= 2, (g0, g1)
     path0, path1 = rep0["request_path"], rep["request_path"]
     assert path1["context_variants"] - path0["context_variants"] == 2, path1
     assert path1["context_rendered"] == path0["context_rendered"]
