@@ -151,7 +151,7 @@ class Target:
     # model (random weights, greedy) tends to repeat one id; when that id decodes to no
     # complete text on its own (a special token, a lone UTF-8 byte, or an id beyond the
     # tokenizer's vocabulary), vLLM's incremental detokenizer decodes the whole prompt
-    # again for every token (1.75 ms a token at a 16K-token prompt on the development CPU,
+    # again for every token (1.75 ms a token at a 16K-token prompt on a 2-core x86 CPU,
     # against 0.014 ms for a whole word), and the server, not the engine, becomes the
     # bottleneck. ``word_ids`` gives ids that each decode to a whole word.
     allowed_token_ids: tuple[int, ...] | None = None
