@@ -1,6 +1,6 @@
 """Rebuild the tiny model's tokenizer from code: ``python deploy/models/build_tiny_tokenizer.py``.
 
-No model hub is reachable from our machines, so the tokenizer of ``tiny-llama/`` is
+Nothing is downloaded: the tokenizer of ``tiny-llama/`` is
 trained here, deterministically, on the small corpus below: byte-level BPE (any text
 encodes, nothing is unknown), at most 1024 ids to match the model's ``vocab_size``.
 
