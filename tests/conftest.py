@@ -4,7 +4,7 @@ and tests/agents share it: engine start-ups cost 15-60 s each on a 2-core machin
 Ray runs on ``num_cpus=2`` with auth disabled and a private RAY_TMPDIR; the app is
 deploy/local.yaml's (agents routes and run service included) with two CPU replicas
 (0.5 CPU each), a fast sync period, its own registry file and its own run store. Tests
-talk to it over HTTP on 127.0.0.1, with API keys made for this session (``API_KEYS``: one
+talk to it over HTTP on 127.0.0.1, with API keys made for this test session (``API_KEYS``: one
 per team, and the operator's), written to a keys file in the session's temp folder. The
 app is session-scoped; tests that disturb it (replica and executor restarts) wait until
 it has recovered, and the platform's replica restart test runs last among the
@@ -134,7 +134,7 @@ def keep_ray_logs(ray_tmp: Path) -> None:
         dest = REPO / "runs" / "ray-logs" / logs.parent.name
         shutil.copytree(logs, dest, dirs_exist_ok=True, ignore_dangling_symlinks=True,
                         ignore=shutil.ignore_patterns("*.sock", "*.lock"))
-        print(f"\nRay's logs of this session: {dest}")
+        print(f"\nRay's logs of this test session: {dest}")
 
 
 @pytest.fixture(scope="session")

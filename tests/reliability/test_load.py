@@ -214,7 +214,7 @@ def quiet(url: str, ids: set[str]) -> dict[str, Any]:
         gone = ids - serve_replica_ids()
         if gone:
             raise AssertionError(f"Serve replaced replica(s) {sorted(gone)} during the load; "
-                                 "the Ray logs of this session are kept (tests/conftest.py)"
+                                 "the Ray logs of this test session are kept (tests/conftest.py)"
                                  ) from None
         raise AssertionError(f"replicas {sorted(ids)} did not report idle within 120 s: "
                              f"{idle(stats(url))}") from None
