@@ -101,6 +101,16 @@ class Reply:
     completion_tokens: int
     tool_calls: tuple[dict[str, Any], ...] = ()  # OpenAI's: {id, type, function{name, arguments}}
 
+    @classmethod
+    def of(cls, completion: dict[str, Any]) -> Reply:
+        """The reply in an OpenAI chat completion (its first choice)."""
+        usage = completion.get("usage") or {}
+        message = completion["choices"][0]["message"]
+        return cls(text=message.get("content") or "",
+                   prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                   completion_tokens=int(usage.get("completion_tokens", 0)),
+                   tool_calls=tuple(message.get("tool_calls") or ()))
+
 
 @dataclass(frozen=True)
 class Delta:

@@ -101,14 +101,9 @@ class HttpTeamBackend:
     async def _chat_body(self, request: TurnRequest) -> Reply:
         """A turn with tools (or tool results, or more request fields): the team route's
         OpenAI body as it is, the tool calls as the server parsed them."""
-        out = await self._request("POST", f"/teams/{self.team}/v1/chat/completions",
-                                  json=request.body(await self.model()))
-        usage = out.get("usage") or {}
-        message = out["choices"][0]["message"]
-        return Reply(text=message.get("content") or "",
-                     prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                     completion_tokens=int(usage.get("completion_tokens", 0)),
-                     tool_calls=tuple(message.get("tool_calls") or ()))
+        return Reply.of(await self._request(
+            "POST", f"/teams/{self.team}/v1/chat/completions",
+            json=request.body(await self.model())))
 
     async def _llm(self, s: Sampling) -> ChatOpenAI:
         if s not in self._llms:

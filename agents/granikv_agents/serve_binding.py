@@ -50,13 +50,7 @@ class ServeTeamBackend:
         return None if record is None else context_pin(record, reused=True)
 
     async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
-        out = await self._first(request.body(self.model), context["prefix_id"])
-        usage = out.get("usage") or {}
-        message = out["choices"][0]["message"]
-        return Reply(text=message.get("content") or "",
-                     prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                     completion_tokens=int(usage.get("completion_tokens", 0)),
-                     tool_calls=tuple(message.get("tool_calls") or ()))
+        return Reply.of(await self._first(request.body(self.model), context["prefix_id"]))
 
     async def stream(self, request: TurnRequest, context: ContextPin) -> AsyncIterator[Delta]:
         body = request.body(self.model, stream=True)
