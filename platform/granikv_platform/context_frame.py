@@ -58,6 +58,14 @@ class Spliced:
 
     prompt: list[int]
     head: Tokens
+    after: int = 0  # where the prompt goes on after the context
+
+    def framed_as(self, frame: Frame) -> bool:
+        """Whether the context sits in ``frame`` here (its lone message's head before
+        it, its tail after it): the prompt then starts with the context's own prefix.
+        Costs the frame's length, not the context's."""
+        end = self.after + len(frame.tail)
+        return self.head == frame.head and tuple(self.prompt[self.after:end]) == frame.tail
 
     def starts_with(self, prefix: Sequence[int]) -> bool:
         return len(self.prompt) >= len(prefix) and tuple(self.prompt[:len(prefix)]) == tuple(prefix)
@@ -73,5 +81,6 @@ def splice(prompt: Sequence[int], placeholder: Sequence[int],
     first = placeholder[0]
     for i in range(len(prompt) - n + 1):
         if prompt[i] == first and tuple(prompt[i:i + n]) == tuple(placeholder):
-            return Spliced([*prompt[:i], *context, *prompt[i + n:]], tuple(prompt[:i]))
+            return Spliced([*prompt[:i], *context, *prompt[i + n:]], tuple(prompt[:i]),
+                            i + len(context))
     return None

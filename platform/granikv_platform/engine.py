@@ -84,11 +84,14 @@ class ContextSplice:
     counters: SpliceCounters
     variant: VariantBinder | None = None
     outcome: str = "miss; reason=not-rendered"
+    frame: Frame | None = None  # the frame ``tokens`` was rendered in (a cheaper check)
 
     async def bind(self, request: Any, done: list[Spliced]) -> None:
         """Set ``outcome``; bind ``request`` to a variant when its prompt starts with the
         context but not with the context's prefix."""
-        if all(d.starts_with(self.tokens) for d in done):
+        frame = self.frame
+        if all(d.framed_as(frame) if frame is not None else d.starts_with(self.tokens)
+               for d in done):
             self.outcome = "hit"
             return
         heads = {d.head for d in done}
@@ -121,6 +124,8 @@ class EngineHost:
         self.splices = SpliceCounters()
         self._frame: Frame | None = None
         self._placeholder: tuple[int, ...] | None = None
+        # context prefix id -> its content tokens (None: not in the frame), cut once
+        self._contents: dict[str, tuple[int, ...] | None] = {}
 
     @classmethod
     async def start(cls, engine_args: dict[str, Any], vllm_config: Any = None,
@@ -200,9 +205,14 @@ class EngineHost:
         precedes the context plus the context. A template that frames the context
         differently from the placeholder is rendered in full."""
         frame, placeholder = await self._context_frame()
+        if context.prefix_id not in self._contents:
+            if len(self._contents) >= 256:  # contexts replaced meanwhile: start over
+                self._contents.clear()
+            self._contents[context.prefix_id] = frame.content(context.token_ids)
+        content = self._contents[context.prefix_id]
         messages = [{"role": "system", "content": CONTEXT_PLACEHOLDER}, *body["messages"]]
-        splice_ = ContextSplice(placeholder, frame.content(context.token_ids),
-                                context.token_ids, context.text or "", self.splices, variant)
+        splice_ = ContextSplice(placeholder, content, context.token_ids, context.text or "",
+                                self.splices, variant, frame=frame)
         first = True
         async for item in self.chat({**body, "messages": messages}, splice_):
             if first and "error" not in item:

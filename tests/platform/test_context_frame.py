@@ -108,3 +108,12 @@ def test_a_splice_binds_the_context_or_a_variant_or_nothing() -> None:
     assert "granikv_prefix_id" not in xargs and s.counters.variants == 0
     s, xargs = bind([1, 5, 10, 4], binder=None)
     assert s.outcome == "miss; reason=prompt-mismatch" and xargs["granikv_prefix_id"] == "ctx"
+
+
+def test_framed_as_agrees_with_starts_with() -> None:
+    frame = Frame((1, 2), (3,))
+    context_prefix = (1, 2, 7, 7, 3)
+    for prompt in ([1, 2, 10, 3, 5], [1, 2, 10, 4, 5], [9, 1, 2, 10, 3, 5], [1, 2, 10]):
+        done = splice(prompt, [10], [7, 7])
+        assert done is not None
+        assert done.framed_as(frame) == done.starts_with(context_prefix), prompt
