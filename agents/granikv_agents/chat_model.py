@@ -81,15 +81,7 @@ class TeamChatModel(BaseChatModel):
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
-        backend: TeamBackend = self.backend
-        request = self._request(messages, kwargs)
-        if self._pin is None:
-            self._pin = await backend.pin_context(self.context)
-        reply = await backend.chat(request, self._pin)
-        msg = AIMessage(reply.text, usage_metadata=_usage(reply.prompt_tokens,  # type: ignore[arg-type]
-                                                          reply.completion_tokens),
-                        tool_calls=[_tool_call(c) for c in reply.tool_calls],
-                        response_metadata={"model_provider": "granikv", "agent": self.agent})
+        msg = await self._reply(self._request(messages, kwargs))
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
@@ -101,18 +93,15 @@ class TeamChatModel(BaseChatModel):
         request = self._request(messages, kwargs)
         stream = getattr(self.backend, "stream", None)
         if request.tools or request.chat or stream is None:
-            result = await self._agenerate(messages, stop, run_manager, **kwargs)
-            msg = result.generations[0].message
+            msg = await self._reply(request)
             yield ChatGenerationChunk(message=AIMessageChunk(
-                content=msg.content, usage_metadata=msg.usage_metadata,  # type: ignore[attr-defined]
+                content=msg.content, usage_metadata=msg.usage_metadata,
                 tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]),
                                    "id": c["id"], "index": i, "type": "tool_call_chunk"}
-                                  for i, c in enumerate(getattr(msg, "tool_calls", []))],
+                                  for i, c in enumerate(msg.tool_calls)],
                 response_metadata=msg.response_metadata))
             return
-        if self._pin is None:
-            self._pin = await self.backend.pin_context(self.context)
-        async for delta in stream(request, self._pin):
+        async for delta in stream(request, await self._pinned()):
             chunk = ChatGenerationChunk(message=AIMessageChunk(
                 content=delta.text,
                 usage_metadata=None if delta.usage is None else _usage(*delta.usage),  # type: ignore[arg-type]
@@ -121,6 +110,20 @@ class TeamChatModel(BaseChatModel):
             if run_manager is not None and delta.text:
                 await run_manager.on_llm_new_token(delta.text, chunk=chunk)
             yield chunk
+
+    async def _pinned(self) -> ContextPin:
+        """The team's context, pinned on the first call (idempotent on the platform)."""
+        if self._pin is None:
+            self._pin = await self.backend.pin_context(self.context)
+        return self._pin
+
+    async def _reply(self, request: TurnRequest) -> AIMessage:
+        backend: TeamBackend = self.backend
+        reply = await backend.chat(request, await self._pinned())
+        return AIMessage(reply.text, usage_metadata=_usage(reply.prompt_tokens,  # type: ignore[arg-type]
+                                                           reply.completion_tokens),
+                         tool_calls=[_tool_call(c) for c in reply.tool_calls],
+                         response_metadata={"model_provider": "granikv", "agent": self.agent})
 
     def _request(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> TurnRequest:
         said = conversation(messages)
