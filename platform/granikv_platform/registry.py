@@ -34,6 +34,13 @@ def variant_id(context_id: str, token_ids: tuple[int, ...]) -> str:
     return f"{context_id}{VARIANT_SEP}{content_hash(token_ids)[:12]}"
 
 
+def variants_of(context_id: str, specs: dict[str, PrefixSpec]) -> list[str]:
+    """The ids of ``context_id``'s variants among ``specs`` (a prefix of another kind
+    with a lookalike id is not one)."""
+    head = context_id + VARIANT_SEP
+    return [p for p, s in specs.items() if s.kind == "variant" and p.startswith(head)]
+
+
 @dataclass(frozen=True)
 class PrefixSpec:
     """One prefix every replica should hold: ``kind`` "context" is a team's shared
@@ -131,8 +138,7 @@ class RegistryState:
         return old.prefix_id if old is not None and old.prefix_id != spec.prefix_id else None
 
     def _drop_variants(self, context_id: str) -> None:
-        for pid in [p for p, s in self.specs.items()
-                    if s.kind == "variant" and p.startswith(context_id + VARIANT_SEP)]:
+        for pid in variants_of(context_id, self.specs):
             del self.specs[pid]
 
     # ---- persistence ---------------------------------------------------------------

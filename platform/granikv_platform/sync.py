@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from granikv_platform.registry import VARIANT_SEP, PrefixSpec
+from granikv_platform.registry import PrefixSpec, variants_of
 
 logger = logging.getLogger("ray.serve")
 
@@ -189,15 +189,13 @@ class PrefixSync:
     async def set_context(self, spec: PrefixSpec) -> None:
         async with self.lock:
             old = await self.hub.set_context(spec)
-            if old is not None:
-                self.specs.pop(old, None)
-                for pid in [p for p, s in self.specs.items()
-                            if s.kind == "variant" and p.startswith(old + VARIANT_SEP)]:
-                    del self.specs[pid]  # the registry dropped them with the context
+            # the old context and its variants: the registry dropped them together
+            gone = {old, *variants_of(old, self.specs)} if old is not None else set()
+            for pid in gone:
+                self.specs.pop(pid, None)
             self.specs[spec.prefix_id] = spec
-            ids = {spec.prefix_id, old} if old else {spec.prefix_id}
-            records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids
-                       or (old and r["prefix_id"].startswith(old + VARIANT_SEP))]
+            ids = {spec.prefix_id, *gone}
+            records = [r for r in await self.engine.list_prefixes() if r["prefix_id"] in ids]
             await self._apply(plan([spec], records))
 
     async def _roll_back(self, spec: PrefixSpec) -> None:
