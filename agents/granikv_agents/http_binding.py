@@ -4,7 +4,9 @@ Agent turns go through LangChain's ``ChatOpenAI`` at the team's OpenAI root
 ``{url}/teams/{team}/v1``: the platform puts the team context first as a system message
 and binds the request to the team's HOT prefix, so the client needs no ``extra_body``.
 A turn with tools posts the same route's OpenAI body directly (``TurnRequest.body``).
-The context is set and read with ``PUT/GET {url}/teams/{team}/context``. Every call
+The context is set and read with ``PUT/GET {url}/teams/{team}/context``; every turn names
+the context its run pinned (``X-GraniKV-Context``), so a replica whose view of the team
+lags behind never serves it with another context. Every call
 carries the team's API key (``Authorization: Bearer``; ChatOpenAI's ``api_key``) and the
 team header, which must agree with the key. Retries are the graph's (``max_retries=0``
 here), so every attempt is visible to it.
@@ -31,7 +33,7 @@ from granikv_agents.binding import (
 )
 from granikv_agents.state import ContextPin
 from granikv_agents.team import Sampling
-from granikv_platform.names import TEAM_HEADER
+from granikv_platform.names import CONTEXT_HEADER, TEAM_HEADER
 from granikv_platform.protocol import NO_TEAM_CONTEXT
 
 
@@ -67,10 +69,11 @@ class HttpTeamBackend:
 
     async def chat(self, request: TurnRequest, context: ContextPin) -> Reply:
         if request.tools or request.chat or request.extra_body:
-            return await self._chat_body(request)
+            return await self._chat_body(request, context)
         llm = await self._llm(request.sampling)
         try:
-            msg = await llm.ainvoke([(d["role"], d["content"]) for d in request.dicts()])
+            msg = await llm.ainvoke([(d["role"], d["content"]) for d in request.dicts()],
+                                    extra_headers=_expects(context))
         except openai.APIConnectionError as e:  # includes timeouts
             raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
         except openai.APIStatusError as e:
@@ -83,7 +86,8 @@ class HttpTeamBackend:
         body = request.body(await self.model(), stream=True)
         path = f"/teams/{self.team}/v1/chat/completions"
         try:
-            async with self._http.stream("POST", path, json=body) as r:
+            async with self._http.stream("POST", path, json=body,
+                                         headers=_expects(context)) as r:
                 if r.status_code >= 400:
                     await r.aread()
                     raise status_error(r.status_code, _body_message(r))
@@ -98,12 +102,12 @@ class HttpTeamBackend:
         await self._openai_http.aclose()
 
     # ---- internals ------------------------------------------------------------------
-    async def _chat_body(self, request: TurnRequest) -> Reply:
+    async def _chat_body(self, request: TurnRequest, context: ContextPin) -> Reply:
         """A turn with tools (or tool results, or more request fields): the team route's
         OpenAI body as it is, the tool calls as the server parsed them."""
         return Reply.of(await self._request(
             "POST", f"/teams/{self.team}/v1/chat/completions",
-            json=request.body(await self.model())))
+            json=request.body(await self.model()), headers=_expects(context)))
 
     async def _llm(self, s: Sampling) -> ChatOpenAI:
         if s not in self._llms:
@@ -141,6 +145,12 @@ class HttpTeamBackend:
         if r.status_code >= 400:
             raise status_error(r.status_code, _body_message(r))
         return r.json()  # type: ignore[no-any-return]
+
+
+def _expects(context: ContextPin) -> dict[str, str]:
+    """The context the run pinned: a replica that knows another one asks the registry,
+    and a context replaced meanwhile is a 409 (not a turn served with another context)."""
+    return {CONTEXT_HEADER: context["prefix_id"]}
 
 
 def _body_type(r: httpx.Response) -> str | None:

@@ -113,3 +113,29 @@ def test_a_team_chat_says_whether_it_was_served_from_hot(client: Client) -> None
     r = plain.post("/teams/plain/v1/chat/completions", json=ask("no context"))
     assert r.status_code == 200, r.text
     assert r.headers["x-granikv-prefix"] == "miss; reason=no-context"
+
+
+def test_a_chat_naming_its_context_is_never_served_with_another(client: Client) -> None:
+    """``X-GraniKV-Context``: a team chat names the context its caller pinned. Right
+    after the context changed through one replica, the other one's view still has the
+    old one until its next reconcile; a chat naming the new one is served with it on
+    either replica, and a chat naming the old one is a 409, not a chat with the new."""
+    gold = client("gold")
+    for n in (3, 9, 5, 12):  # contexts of different lengths: prompt_tokens tells them apart
+        ctx = gold.put("/teams/gold/context", json={"text": "Gold rule. " * n * 8}).json()
+        named = {"X-GraniKV-Context": ctx["prefix_id"]}
+        solo = gold.post("/teams/gold/v1/chat/completions", json=ask("x", max_tokens=1))
+        # whichever replica answers, right away and concurrently
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda h: gold.post(
+                "/teams/gold/v1/chat/completions", json=ask("x", max_tokens=1),
+                headers=h), [named] * 8))
+        for r in got:
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["prompt_tokens"] == got[0].json()["usage"]["prompt_tokens"]
+        assert got[0].json()["usage"]["prompt_tokens"] > ctx["length"]
+        assert solo.status_code == 200, solo.text
+        stale = {"X-GraniKV-Context": f"{ctx['prefix_id']}-gone"}
+        r = gold.post("/teams/gold/v1/chat/completions", json=ask("x"), headers=stale)
+        assert r.status_code == 409, r.text
+        assert "its context changed" in r.json()["error"]["message"], r.text

@@ -10,9 +10,9 @@ ends every message with a special token).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header
 from starlette.responses import JSONResponse, Response
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ModelList
@@ -20,6 +20,7 @@ from vllm.entrypoints.openai.engine.protocol import ModelList
 from granikv_platform.config import PlatformConfig, TeamConfig
 from granikv_platform.deps import Ing, RawBody
 from granikv_platform.errors import error_response
+from granikv_platform.names import CONTEXT_HEADER
 from granikv_platform.routes.openai import model_list
 from granikv_platform.schemas import TeamContext, TeamContextIn
 
@@ -40,9 +41,12 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
         return model_list(cfg)
 
     @r.post("/v1/chat/completions")
-    async def chat(_: ChatCompletionRequest, body: RawBody, ing: Ing) -> Response:
+    async def chat(_: ChatCompletionRequest, body: RawBody, ing: Ing,
+                   context: Annotated[str | None, Header(
+                       alias=CONTEXT_HEADER, description="the prefix id of the context the "
+                       "caller pinned: another one is a 409")] = None) -> Response:
         # The replica prepends the context and binds the request (LLMReplica.team_chat).
-        return await ing.openai("team_chat", team.name, body)
+        return await ing.openai("team_chat", team.name, body, context)
 
     return r
 
