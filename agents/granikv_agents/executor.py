@@ -1,13 +1,15 @@
-"""RunExecutor: starts, resumes and watches team runs, checkpointed in one SQLite file.
+"""RunExecutor: starts, resumes and watches team runs, checkpointed in one database (a
+SQLite file or Postgres).
 
 A run is a LangGraph thread (run id = thread id) checkpointed by LangGraph's
-``AsyncSqliteSaver`` with ``durability="sync"``: every finished agent turn is saved as a
-pending write of its superstep, so a resumed run re-executes only the turns that had
-not finished. A turn is reported (its event) only once its write is saved
-(``TurnSaver.flush``), so a reported turn never runs again; a turn saved by an executor
-that died before reporting it is reported (``recovered``) when the run resumes. The
-executor owns the file (one writer) and keeps, per run, the asyncio task that drives
-it (``owner.py``: a second executor on the same file waits, then fails). Opening an
+``AsyncSqliteSaver`` or ``AsyncPostgresSaver`` with ``durability="sync"``: every
+finished agent turn is saved as a pending write of its superstep, so a resumed run
+re-executes only the turns that had not finished. A turn is reported (its event) only
+once its write is saved (``checkpointers.FlushedWrites.flush``), so a reported turn never
+runs again; a turn saved by an executor that died before reporting it is reported
+(``recovered``) when the run resumes. The executor owns the store (one writer) and
+keeps, per run, the asyncio task that drives it (``owner.py``: a second executor on the
+same store waits, then fails). Opening an
 executor marks the runs a previous one left "running" as "interrupted" (it died
 mid-run); ``recover()`` resumes them from their checkpoints.
 """
@@ -17,17 +19,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager, suppress
 from typing import Any
 
-import aiosqlite
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
 from granikv_agents.binding import LLMCallError, TeamBackend
+from granikv_agents.checkpointers import FlushedWrites, open_checkpointer
 from granikv_agents.events import unreported_events, update_events
 from granikv_agents.graph import RetryConfig, RunContext, build_graph
 from granikv_agents.owner import StoreOwner
@@ -36,42 +37,6 @@ from granikv_agents.store import RESUMABLE, RunEvent, RunRecord, RunStore, Statu
 from granikv_agents.team import Team
 
 Bind = Callable[[Team], TeamBackend]
-
-
-class TurnSaver(AsyncSqliteSaver):
-    """LangGraph's SQLite saver, whose pending-write saves can be awaited (``flush``).
-
-    LangGraph saves a finished task's writes in a background task and streams the task's
-    update without waiting for it. An executor that reported a turn at once and then died
-    before the write reached the file would run that turn again after the resume. The
-    executor therefore flushes before it reports: a reported turn is in the checkpoint.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        super().__init__(conn)
-        self._saving: set[asyncio.Future[None]] = set()
-
-    def aput_writes(  # type: ignore[override]  # a plain def: registered when LangGraph submits it
-            self, config: RunnableConfig, writes: Any, task_id: str,
-            task_path: str = "") -> Coroutine[Any, Any, None]:
-        save = super().aput_writes(config, writes, task_id, task_path)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # the sync API, from another thread: nothing to track
-            return save
-        saving = asyncio.ensure_future(save)
-        self._saving.add(saving)
-        saving.add_done_callback(self._saving.discard)
-        return _shielded(saving)
-
-    async def flush(self) -> None:
-        """Wait for every write save started so far (their errors are LangGraph's)."""
-        if self._saving:
-            await asyncio.gather(*list(self._saving), return_exceptions=True)
-
-
-async def _shielded(saving: asyncio.Future[None]) -> None:
-    await asyncio.shield(saving)  # a cancelled graph step does not cancel the save
 
 
 class RunNotFound(KeyError):
@@ -83,7 +48,7 @@ class RunConflict(Exception):
 
 
 class RunExecutor:
-    def __init__(self, store: RunStore, saver: TurnSaver, bind: Bind,
+    def __init__(self, store: RunStore, saver: FlushedWrites, bind: Bind,
                  retry: RetryConfig | None = None) -> None:
         self.store = store
         self.saver = saver
@@ -95,26 +60,24 @@ class RunExecutor:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, path: str, bind: Bind, retry: RetryConfig | None = None,
+    async def open(cls, url: str, bind: Bind, retry: RetryConfig | None = None,
                    drain_s: float = 10.0) -> AsyncIterator[RunExecutor]:
-        owner = await StoreOwner.acquire(path)  # one executor per file
+        """``url``: a SQLite file or a ``postgresql://`` database (runs + checkpoints)."""
+        owner = await StoreOwner.acquire(url)  # one executor per store
         try:
-            store = await RunStore.open(path)
-            conn = await aiosqlite.connect(path)
-            saver = TurnSaver(conn)
-            await saver.setup()
-            ex = cls(store, saver, bind, retry)
+            store = await RunStore.open(url)
             try:
-                await ex._orphans()
-                yield ex
+                async with open_checkpointer(url) as saver:
+                    ex = cls(store, saver, bind, retry)
+                    try:
+                        await ex._orphans()
+                        yield ex
+                    finally:
+                        await ex.stop(drain_s)
             finally:
-                try:
-                    await ex.stop(drain_s)
-                finally:
-                    await conn.close()
-                    await store.close()
+                await store.close()
         finally:
-            owner.release()
+            await owner.release()
 
     # ---- runs ---------------------------------------------------------------------------
     async def start(self, spec: TeamSpec, task: str | None = None) -> RunRecord:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from granikv_agents.database import is_postgres
 from granikv_agents.graph import RetryConfig
 from granikv_agents.spec import TeamSpec
 from granikv_platform.names import TEAM_RE
@@ -35,9 +36,10 @@ class AgentsOptions(BaseModel):
     """``options`` of the agents service in ``config.services``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    store_path: str | None = Field(None, description="SQLite file of the checkpoints and "
-                                   "the run store, on the node of the service's replica; "
-                                   "default <tmp>/granikv-<app>-runs.sqlite.")
+    store_path: str | None = Field(None, description="The runs' store and checkpoints: a "
+                                   "SQLite file on the node of the service's replica "
+                                   "(default <tmp>/granikv-<app>-runs.sqlite) or a "
+                                   "postgresql:// URL.")
     specs_dir: str = Field("deploy/teams", description="Team spec files that POST /runs "
                            "can name ({\"spec_name\": ...}); relative to the repository.")
     auto_resume: bool = Field(True, description="A (re)started service resumes the runs "
@@ -49,16 +51,23 @@ class AgentsOptions(BaseModel):
 
     threads_url: str | None = Field(None, description="The threads' store and checkpoints: "
                                     "a SQLite file or a postgresql:// URL; default "
-                                    "<store>-threads.sqlite beside store_path.")
+                                    "<store>-threads.sqlite beside a SQLite store_path, "
+                                    "store_path's database for a Postgres one.")
     sse_ping_s: float = Field(15.0, gt=0, description="A thread run's event stream sends "
                               "a keep-alive comment after this long without an event.")
 
     def threads_store(self, app: str) -> str:
         if self.threads_url:
             return self.threads_url
-        return self.store_file(app).removesuffix(".sqlite") + "-threads.sqlite"
+        store = self.store_file(app)
+        if is_postgres(store):  # its own tables beside the runs' (threads: uuids, runs: run-)
+            return store
+        return store.removesuffix(".sqlite") + "-threads.sqlite"
 
     def store_file(self, app: str) -> str:
+        """The run store: a SQLite file (its folder made) or a Postgres URL."""
+        if self.store_path and is_postgres(self.store_path):
+            return self.store_path
         path = Path(self.store_path or Path(tempfile.gettempdir()) / f"granikv-{app}-runs.sqlite")
         path.parent.mkdir(parents=True, exist_ok=True)
         return str(path)

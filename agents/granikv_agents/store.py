@@ -1,5 +1,5 @@
-"""RunStore: the runs and their events, in the SQLite file that holds LangGraph's
-checkpoints (a run id is its checkpoint thread id).
+"""RunStore: the runs and their events, in the database that holds LangGraph's
+checkpoints (a SQLite file or Postgres; a run id is its checkpoint thread id).
 
 The checkpoints are the truth about a run's progress; this store adds what LangGraph
 does not keep: which team owns a run, its spec and task (to rebuild its graph on
@@ -8,29 +8,29 @@ resume), its status, and the ordered events that ``GET /runs/{id}/events`` strea
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import aiosqlite
+from granikv_agents.database import Database, open_database
 
 Status = Literal["running", "succeeded", "failed", "interrupted"]
 RESUMABLE: frozenset[str] = frozenset({"failed", "interrupted"})
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "interrupted"})
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS granikv_runs (
-    run_id TEXT PRIMARY KEY, team TEXT NOT NULL, spec TEXT NOT NULL, task TEXT NOT NULL,
-    status TEXT NOT NULL, error TEXT, attempts INTEGER NOT NULL DEFAULT 1,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS granikv_runs_team ON granikv_runs (team, created_at);
-CREATE INDEX IF NOT EXISTS granikv_runs_status ON granikv_runs (status);
-CREATE TABLE IF NOT EXISTS granikv_run_events (
-    run_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, type TEXT NOT NULL,
-    data TEXT NOT NULL, PRIMARY KEY (run_id, seq));
-"""
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS granikv_runs (run_id TEXT PRIMARY KEY, team TEXT NOT NULL, "
+    "spec TEXT NOT NULL, task TEXT NOT NULL, status TEXT NOT NULL, error TEXT, attempts "
+    "INTEGER NOT NULL DEFAULT 1, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE "
+    "PRECISION NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS granikv_runs_team ON granikv_runs (team, created_at)",
+    "CREATE INDEX IF NOT EXISTS granikv_runs_status ON granikv_runs (status)",
+    "CREATE TABLE IF NOT EXISTS granikv_run_events (run_id TEXT NOT NULL, seq INTEGER NOT "
+    "NULL, at DOUBLE PRECISION NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
+    "PRIMARY KEY (run_id, seq))",
+]
+_ALL = 2**62  # LIMIT for "no limit": SQLite needs a LIMIT before an OFFSET
 _COLUMNS = "run_id, team, spec, task, status, error, attempts, created_at, updated_at"
 
 
@@ -64,39 +64,33 @@ class RunEvent:
 
 
 class RunStore:
-    """Open with ``await RunStore.open(path)``; one writer (the run executor).
+    """Open with ``await RunStore.open(url)`` (a SQLite file or a ``postgresql://`` URL);
+    one writer (the run executor). Every statement is its own transaction on the store's
+    own connection (``database.py``)."""
 
-    Its own connection, in autocommit mode: every write is one ``BEGIN IMMEDIATE``
-    transaction (the write lock is taken first, waiting up to the busy timeout while the
-    checkpointer writes), rolled back on error, and a lock keeps the coroutines of this
-    process from interleaving statements on the connection. A write that upgraded a
-    stale read snapshot would fail at once instead of waiting (SQLITE_BUSY in WAL mode).
-    """
-
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self.conn = conn
-        self._lock = asyncio.Lock()
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     @classmethod
-    async def open(cls, path: str) -> RunStore:
-        conn = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.executescript(_SCHEMA)
-        return cls(conn)
+    async def open(cls, url: str) -> RunStore:
+        db = await open_database(url)
+        for statement in _SCHEMA:
+            await db.run(statement)
+        return cls(db)
 
     async def close(self) -> None:
-        await self.conn.close()
+        await self.db.close()
 
     # ---- runs -------------------------------------------------------------------------
     async def create(self, run_id: str, team: str, spec: str, task: str) -> RunRecord:
         now = time.time()
-        await self._write(
+        await self.db.run(
             f"INSERT INTO granikv_runs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, team, spec, task, "running", None, 1, now, now))
         return RunRecord(run_id, team, spec, task, "running", None, 1, now, now)
 
     async def get(self, run_id: str) -> RunRecord | None:
-        rows = await self._read(f"SELECT {_COLUMNS} FROM granikv_runs WHERE run_id = ?",
+        rows = await self.db.run(f"SELECT {_COLUMNS} FROM granikv_runs WHERE run_id = ?",
                                 (run_id,))
         return RunRecord(*rows[0]) if rows else None
 
@@ -113,21 +107,21 @@ class RunStore:
             where.append(f"status IN ({', '.join('?' for _ in statuses)})")
             params += sorted(statuses)
         cond = f"WHERE {' AND '.join(where)} " if where else ""
-        rows = await self._read(
+        rows = await self.db.run(
             f"SELECT {_COLUMNS} FROM granikv_runs {cond}ORDER BY created_at, run_id "
-            "LIMIT ? OFFSET ?", (*params, -1 if limit is None else limit, offset))
+            "LIMIT ? OFFSET ?", (*params, _ALL if limit is None else limit, offset))
         return [RunRecord(*row) for row in rows]
 
     async def set_status(self, run_id: str, status: Status, error: str | None = None,
                          resumed: bool = False) -> None:
-        await self._write(
+        await self.db.run(
             "UPDATE granikv_runs SET status = ?, error = ?, updated_at = ?, "
             "attempts = attempts + ? WHERE run_id = ?",
             (status, error, time.time(), int(resumed), run_id))
 
     # ---- events -----------------------------------------------------------------------
     async def add_event(self, run_id: str, type_: str, data: dict[str, Any]) -> int:
-        rows = await self._write(
+        rows = await self.db.run(
             "INSERT INTO granikv_run_events (run_id, seq, at, type, data) "
             "SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM granikv_run_events "
             "WHERE run_id = ? RETURNING seq",
@@ -135,24 +129,7 @@ class RunStore:
         return int(rows[0][0])
 
     async def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
-        rows = await self._read(
+        rows = await self.db.run(
             "SELECT seq, at, type, data FROM granikv_run_events "
             "WHERE run_id = ? AND seq > ? ORDER BY seq", (run_id, after))
         return [RunEvent(int(s), float(a), str(t), json.loads(d)) for s, a, t, d in rows]
-
-    # ---- transactions -----------------------------------------------------------------
-    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        async with self._lock, self.conn.execute(sql, params) as cur:
-            return list(await cur.fetchall())
-
-    async def _write(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        async with self._lock:
-            await self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                async with self.conn.execute(sql, params) as cur:
-                    rows = list(await cur.fetchall())
-                await self.conn.execute("COMMIT")
-            except BaseException:
-                await self.conn.execute("ROLLBACK")
-                raise
-            return rows

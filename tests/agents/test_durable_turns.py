@@ -2,7 +2,7 @@
 
 LangGraph saves a finished task's writes in a background task and streams the task's
 update without waiting for it. An executor that recorded the event at once and then
-died before the write reached the file would run that turn again after the resume: a
+died before the write reached the database would run that turn again after the resume: a
 finished turn repeated (seen with a real executor killed by tests/reliability's replica
 kill test). Here the checkpoint's writes are slowed down, and the executor "dies" (its
 run cancelled, the writes still in flight dropped) as soon as a turn is reported. The
@@ -11,7 +11,7 @@ resumed run must not run a reported turn again. No Ray, no engine: a fake backen
 The other side of the same gap: an executor that dies after a turn's write is saved and
 before its event is logged (seen in a clean-clone CI run of the same reliability test: a
 turn in the run's state, missing from its log). The resumed run does not run that turn
-again; it must still report it, once.
+again; it must still report it, once. Both on SQLite and on Postgres.
 """
 
 from __future__ import annotations
@@ -55,14 +55,24 @@ class FakeBackend:
         return None
 
 
-def test_a_reported_turn_is_never_run_again(tmp_path: Path,
+def saver_class(url: str) -> Any:
+    """LangGraph's saver that the executor's checkpointer extends for ``url``."""
+    if "://" in url:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        return AsyncPostgresSaver
+    return AsyncSqliteSaver
+
+
+def test_a_reported_turn_is_never_run_again(store_url: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     spec = load_spec(TEAMS / "review.yaml")
     spec = spec.model_copy(update={"limits": spec.limits.model_copy(
         update={"concurrency": 1})})  # turns finish one at a time
-    db = str(tmp_path / "runs.sqlite")
+    db = store_url
     dead = {"now": False}
-    save = AsyncSqliteSaver.aput_writes
+    saver = saver_class(db)
+    save = saver.aput_writes
 
     async def slow_writes(self: Any, config: Any, writes: Any, task_id: str,
                           task_path: str = "") -> None:
@@ -71,7 +81,7 @@ def test_a_reported_turn_is_never_run_again(tmp_path: Path,
             return  # the process died before this write reached the file
         await save(self, config, writes, task_id, task_path)
 
-    monkeypatch.setattr(AsyncSqliteSaver, "aput_writes", slow_writes)
+    monkeypatch.setattr(saver, "aput_writes", slow_writes)
     first, second = FakeBackend("red"), FakeBackend("red")
 
     async def die_after_the_first_reported_turn() -> tuple[str, set[str]]:
@@ -103,11 +113,11 @@ def test_a_reported_turn_is_never_run_again(tmp_path: Path,
 
 
 def test_a_saved_turn_whose_event_was_lost_is_reported_once_on_resume(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = load_spec(TEAMS / "review.yaml")
     spec = spec.model_copy(update={"limits": spec.limits.model_copy(
         update={"concurrency": 1})})
-    db = str(tmp_path / "runs.sqlite")
+    db = store_url
     lost: dict[str, Any] = {}
     add_event = RunStore.add_event
 

@@ -137,5 +137,8 @@ def test_run_bodies_and_service_options() -> None:
     opts = AgentsOptions.model_validate({})
     assert opts.specs_folder() == TEAMS
     assert opts.store_file("app").endswith("granikv-app-runs.sqlite")
+    assert opts.threads_store("app").endswith("granikv-app-runs-threads.sqlite")
+    pg = AgentsOptions.model_validate({"store_path": "postgresql://u@db/granikv"})
+    assert pg.store_file("app") == pg.threads_store("app") == "postgresql://u@db/granikv"
     with pytest.raises(ValidationError, match="max_attempts"):
         AgentsOptions.model_validate({"retry": {"max_attempts": 0}})

@@ -1,12 +1,12 @@
-"""RunStore on a real SQLite file: runs by team and status, events numbered per run even
-when written concurrently, everything still there after reopening; one owner per file."""
+"""RunStore on a real SQLite file and on a real Postgres database: runs by team and
+status, events numbered per run even when written concurrently, everything still there
+after reopening; one owner per store."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +14,8 @@ from granikv_agents.owner import StoreBusy, StoreOwner
 from granikv_agents.store import RunStore
 
 
-def test_runs_and_events_survive_reopening(tmp_path: Path) -> None:
-    db = str(tmp_path / "runs.sqlite")
+def test_runs_and_events_survive_reopening(store_url: str) -> None:
+    db = store_url
 
     async def write() -> None:
         store = await RunStore.open(db)
@@ -45,22 +45,24 @@ def test_runs_and_events_survive_reopening(tmp_path: Path) -> None:
     asyncio.run(read())
 
 
-def test_one_executor_per_store(tmp_path: Path) -> None:
-    db = str(tmp_path / "runs.sqlite")
+def test_one_executor_per_store(store_url: str) -> None:
+    db = store_url
+    # a file names the process that holds it; Postgres, the server process of its session
+    holder = f"pid {os.getpid()}" if "://" not in db else "server pid [0-9]+"
 
     async def go() -> None:
         first = await StoreOwner.acquire(db)
-        with pytest.raises(StoreBusy, match=f"owned by another executor \\(pid {os.getpid()}\\)"):
+        with pytest.raises(StoreBusy, match=f"owned by another executor \\({holder}\\)"):
             await StoreOwner.acquire(db, wait_s=0.6)
-        first.release()
-        (await StoreOwner.acquire(db, wait_s=0)).release()  # free again
+        await first.release()
+        await (await StoreOwner.acquire(db, wait_s=0)).release()  # free again
 
     asyncio.run(go())
 
 
-def test_a_thousand_runs_of_ten_teams_list_in_pages_under_a_second(tmp_path: Path) -> None:
+def test_a_thousand_runs_of_ten_teams_list_in_pages_under_a_second(store_url: str) -> None:
     async def go() -> float:
-        store = await RunStore.open(str(tmp_path / "runs.sqlite"))
+        store = await RunStore.open(store_url)
         spec = '{"team": "x", "context": "' + "c" * 2000 + '"}'  # a spec of real size
         for i in range(1000):
             await store.create(f"r{i:04d}", f"team{i % 10}", spec, "task")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,18 @@ def postgres_server() -> Iterator[str]:
     finally:
         srv.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def fresh_database(server_url: str) -> str:
+    """A new, empty database on the server at ``server_url``; its URL."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    name = f"granikv_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
 
 
 class Stalls(ScriptedModel):

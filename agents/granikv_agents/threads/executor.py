@@ -22,11 +22,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from granikv_agents.checkpointers import open_checkpointer
+from granikv_agents.database import open_database
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import team_graph
 from granikv_agents.team import Team
-from granikv_agents.threads.checkpointers import open_checkpointer
-from granikv_agents.threads.database import open_database
 from granikv_agents.threads.store import (
     DONE,
     RunStatus,

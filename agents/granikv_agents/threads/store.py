@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from granikv_agents.threads.database import Database
+from granikv_agents.database import Database
 
 RunStatus = Literal["pending", "running", "success", "error", "timeout", "interrupted"]
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]

@@ -1,4 +1,5 @@
-"""One SQL connection for the thread store: SQLite (aiosqlite) or Postgres (psycopg).
+"""One SQL connection for the run and thread stores: SQLite (aiosqlite) or Postgres
+(psycopg).
 
 Statements are written with ``?`` placeholders and portable SQL (``RETURNING``, ``ON
 CONFLICT``, ``LIMIT/OFFSET``); Postgres gets ``%s``. One writer, the executor: a lock

@@ -1,0 +1,84 @@
+"""LangGraph's checkpointer on the stores' database: ``AsyncSqliteSaver`` for a file
+path, ``AsyncPostgresSaver`` (langgraph-checkpoint-postgres) for a ``postgresql://``
+URL. Both create their tables on open, and both can wait for their write saves
+(``flush``).
+
+LangGraph saves a finished task's writes in a background task and streams the task's
+update without waiting for it. An executor that reported a turn at once and then died
+before the write reached the database would run that turn again after the resume. The
+run executor therefore flushes before it reports: a reported turn is in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from granikv_agents.database import is_postgres
+
+
+class FlushedWrites(BaseCheckpointSaver[Any]):
+    """A saver whose pending-write saves can be awaited (``flush``)."""
+
+    _saving: set[asyncio.Future[None]]
+
+    def aput_writes(  # type: ignore[override]  # a plain def: registered when LangGraph submits it
+            self, config: RunnableConfig, writes: Any, task_id: str,
+            task_path: str = "") -> Coroutine[Any, Any, None]:
+        save = super().aput_writes(config, writes, task_id, task_path)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # the sync API, from another thread: nothing to track
+            return save
+        saving = asyncio.ensure_future(save)
+        if not hasattr(self, "_saving"):
+            self._saving = set()
+        self._saving.add(saving)
+        saving.add_done_callback(self._saving.discard)
+        return _shielded(saving)
+
+    async def flush(self) -> None:
+        """Wait for every write save started so far (their errors are LangGraph's)."""
+        saving = getattr(self, "_saving", None)
+        if saving:
+            await asyncio.gather(*list(saving), return_exceptions=True)
+
+
+async def _shielded(saving: asyncio.Future[None]) -> None:
+    await asyncio.shield(saving)  # a cancelled graph step does not cancel the save
+
+
+class SqliteSaver(FlushedWrites, AsyncSqliteSaver):
+    pass
+
+
+def _postgres_saver() -> type[FlushedWrites]:
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver  # a Postgres store only
+
+    class PostgresSaver(FlushedWrites, AsyncPostgresSaver):
+        pass
+
+    return PostgresSaver
+
+
+@asynccontextmanager
+async def open_checkpointer(url: str) -> AsyncIterator[FlushedWrites]:
+    if is_postgres(url):
+        async with _postgres_saver().from_conn_string(url) as pg:  # type: ignore[attr-defined]
+            await pg.setup()
+            yield pg
+        return
+    conn = await aiosqlite.connect(url)
+    try:
+        saver = SqliteSaver(conn)
+        await saver.setup()
+        yield saver
+    finally:
+        await conn.close()
