@@ -1,5 +1,10 @@
 """A team's graph: its own (``graph: module:function``) or a built-in shape.
 
+On the threads API (``team_graph``), a built-in shape runs as its example written with
+the kit (``SHAPE_GRAPHS``: messages in, messages out, roles from the spec's workflow).
+The YAML runs API (``/teams/{team}/runs``, ``executor.py``) runs the shape's own graph
+(``graph.build_graph``), whose state keeps every turn for its turn events.
+
 A factory returns a ``StateGraph`` (compiled here, with the run's checkpointer) or an
 already compiled graph (recompiled onto the checkpointer: its nodes are reused). It is
 called with the ``Team`` when it takes an argument, else with none.
@@ -15,8 +20,11 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
-from granikv_agents.graph import RetryConfig, build_graph
 from granikv_agents.team import Team
+
+SHAPE_GRAPHS = {"map_reduce": "granikv_agents.examples.review:graph",
+                "debate": "granikv_agents.examples.debate:graph",
+                "pipeline": "granikv_agents.examples.pipeline:graph"}
 
 
 class GraphLoadError(ValueError):
@@ -31,16 +39,15 @@ def load_factory(ref: str) -> Any:
         raise GraphLoadError(f"graph {ref!r}: {e}") from e
 
 
-def team_graph(team: Team, checkpointer: BaseCheckpointSaver[Any] | None = None,
-               retry: RetryConfig | None = None) -> Pregel[Any, Any, Any, Any]:
-    """The team's compiled graph on ``checkpointer``."""
-    if team.graph is None:
-        return build_graph(team, retry).compile(checkpointer=checkpointer)
-    factory = load_factory(team.graph)
+def team_graph(team: Team, checkpointer: BaseCheckpointSaver[Any] | None = None
+               ) -> Pregel[Any, Any, Any, Any]:
+    """The team's compiled graph on ``checkpointer``: its own, or its shape's example."""
+    ref = team.graph if team.graph is not None else SHAPE_GRAPHS[team.shape.shape]
+    factory = load_factory(ref)
     made = factory(team) if inspect.signature(factory).parameters else factory()
     if isinstance(made, StateGraph):
         return made.compile(checkpointer=checkpointer)
     if isinstance(made, Pregel):
         return made.copy(update={"checkpointer": checkpointer})
-    raise GraphLoadError(f"graph {team.graph!r} returned {type(made).__name__}, not a "
+    raise GraphLoadError(f"graph {ref!r} returned {type(made).__name__}, not a "
                          "StateGraph or a compiled graph")

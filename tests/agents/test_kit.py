@@ -110,3 +110,35 @@ def test_factories_by_name() -> None:
         team_graph(own_team("tests.nowhere:graph"))
     with pytest.raises(GraphLoadError, match="not a StateGraph"):
         team_graph(own_team("tests.agents.test_kit:not_a_graph"))
+
+
+@pytest.mark.parametrize("spec_file", ["review.yaml", "debate.yaml", "plan.yaml"])
+def test_the_example_teams_run_their_shape_written_with_the_kit(spec_file: str) -> None:
+    """On the threads API a built-in shape is its kit example: the spec's workflow names
+    the roles (the reducer joins even when it is not the last agent; the planner plans),
+    and a run without input works on the spec's task."""
+    from pathlib import Path
+
+    from granikv_agents import load_spec
+    from granikv_agents.kit import roles
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "deploy" / "teams" / spec_file)
+    agents = [a.model_dump() for a in spec.agents]
+    agents.append(agents.pop(0))  # the planner (or first worker) last: roles by name
+    team = spec.model_copy(update={"agents": [type(spec.agents[0]).model_validate(a)
+                                              for a in agents]}).to_team()
+    r = roles(team, planner=team.planner is not None)
+    assert r.joiner.name == team.shape.reducer and team.agents[-1] not in (r.joiner,)
+    model, pins = Echo(), Pins()
+    ctx = RunContext(pins, asyncio.Semaphore(4), team, model)  # type: ignore[arg-type]
+    graph = team_graph(team)
+    assert "register_context" in graph.nodes and "agent_turn" not in graph.nodes
+    out = asyncio.run(graph.ainvoke({}, context=ctx))
+    assert pins.pinned == [team.context]
+    said = [agent for agent, _ in model.seen]
+    rounds = team.limits.rounds if team.shape.shape == "debate" else 1
+    assert sorted(said[:-1]) == sorted(
+        [w.name for w in r.workers] * rounds + ([r.planner.name] if r.planner else []))
+    assert said[-1] == r.joiner.name and out["messages"][-1].name == r.joiner.name
+    first = model.seen[0][1]
+    assert team.task in first  # no input: the spec's task

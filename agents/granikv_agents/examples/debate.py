@@ -1,6 +1,6 @@
-"""The debate shape written with the kit: every agent but the last argues, for
-``limits.rounds`` rounds (from round 2 each sees the others' last arguments), then the
-last agent judges.
+"""The debate shape written with the kit: the workers argue for ``limits.rounds``
+rounds (from round 2 each sees the others' last arguments), then the joiner judges
+(``kit.roles``: the spec's workflow, or every agent but the last, then the last).
 
     graph: granikv_agents.examples.debate:graph
 """
@@ -21,7 +21,9 @@ from granikv_agents.kit import (
     agent_messages,
     fan_out,
     register_context,
+    roles,
     run_team,
+    task_of,
     team_model,
 )
 
@@ -48,9 +50,9 @@ def argue_round(state: Debate, runtime: Runtime[RunContext]) -> list[Send] | str
         return "judge"
     last = _said(state, r - 1)
     return fan_out("argue", [Turn(agent=a.name, round=r,
-                                  motion=str(state["messages"][-1].content),
+                                  motion=task_of(state, team),
                                   others=[x for x in last if x[1] != a.name])
-                             for a in team.agents[:-1]])
+                             for a in roles(team).workers])
 
 
 async def argue(inp: Turn, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -71,7 +73,7 @@ async def judge(state: Debate, runtime: Runtime[RunContext]) -> dict[str, Any]:
     team = run_team(runtime)
     last = _said(state, team.limits.rounds)
     listing = "\n".join(f"- {agent}: {text}" for _, agent, text in last)
-    name = team.agents[-1].name
+    name = roles(team).joiner.name
     msgs = agent_messages(team, name, [HumanMessage(
         f"The last round:\n{listing}\n\nSay which argument wins, and why.")])
     reply = await team_model(runtime, name).ainvoke(msgs)

@@ -1,5 +1,6 @@
-"""The pipeline shape written with the kit: the first agent plans, the agents between
-the first and the last execute the plan in parallel, the last integrates their results.
+"""The pipeline shape written with the kit: the planner plans, the workers execute the
+plan in parallel, the joiner integrates their results (``kit.roles``: the spec's
+workflow, or the first agent, the ones between, the last).
 
     graph: granikv_agents.examples.pipeline:graph
 """
@@ -20,7 +21,9 @@ from granikv_agents.kit import (
     agent_messages,
     fan_out,
     register_context,
+    roles,
     run_team,
+    task_of,
     team_model,
 )
 
@@ -37,16 +40,18 @@ class Step(TypedDict):
 
 async def plan(state: Pipeline, runtime: Runtime[RunContext]) -> dict[str, Any]:
     team = run_team(runtime)
-    planner, workers = team.agents[0].name, ", ".join(a.name for a in team.agents[1:-1])
+    r = roles(team, planner=True)
+    planner = r.planner.name if r.planner is not None else ""  # roles() made sure
+    workers = ", ".join(a.name for a in r.workers)
     msgs = agent_messages(team, planner, [HumanMessage(
-        f"{state['messages'][-1].content}\n\nPlan the work, one step for each of: "
+        f"{task_of(state, team)}\n\nPlan the work, one step for each of: "
         f"{workers}.")])
     return {"plan": str((await team_model(runtime, planner).ainvoke(msgs)).content)}
 
 
 def executors(state: Pipeline, runtime: Runtime[RunContext]) -> list[Send]:
     return fan_out("execute", [Step(agent=a.name, plan=state["plan"])
-                               for a in run_team(runtime).agents[1:-1]])
+                               for a in roles(run_team(runtime), planner=True).workers])
 
 
 async def execute(inp: Step, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -61,7 +66,7 @@ async def integrate(state: Pipeline, runtime: Runtime[RunContext]) -> dict[str, 
     order = {a.name: a.index for a in team.agents}
     listing = "\n".join(f"- {a}: {t}" for a, t in
                         sorted(state["results"], key=lambda r: order[r[0]]))
-    name = team.agents[-1].name
+    name = roles(team, planner=True).joiner.name
     msgs = agent_messages(team, name, [HumanMessage(
         f"The plan:\n{state['plan']}\n\nThe results:\n{listing}\n\nIntegrate them.")])
     reply = await team_model(runtime, name).ainvoke(msgs)

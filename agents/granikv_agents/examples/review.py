@@ -1,5 +1,6 @@
-"""Map-reduce written with the kit: every agent but the last reviews in parallel
-(``fan_out``), the last joins their findings. The built-in ``map_reduce`` shape, as a
+"""Map-reduce written with the kit: the workers review in parallel (``fan_out``), the
+joiner joins their findings (``kit.roles``: the spec's workflow, or every agent but the
+last, then the last). The built-in ``map_reduce`` shape, as a
 graph of one's own to start from.
 
     graph: granikv_agents.examples.review:graph
@@ -21,7 +22,9 @@ from granikv_agents.kit import (
     agent_messages,
     fan_out,
     register_context,
+    roles,
     run_team,
+    task_of,
     team_model,
 )
 
@@ -36,9 +39,10 @@ class Reviewer(TypedDict):
 
 
 def reviewers(state: Review, runtime: Runtime[RunContext]) -> list[Send]:
-    task = str(state["messages"][-1].content)
+    team = run_team(runtime)
+    task = task_of(state, team)
     return fan_out("review", [Reviewer(agent=a.name, task=task)
-                              for a in run_team(runtime).agents[:-1]])
+                              for a in roles(team).workers])
 
 
 async def review(inp: Reviewer, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -52,7 +56,7 @@ async def synthesize(state: Review, runtime: Runtime[RunContext]) -> dict[str, A
     order = {a.name: a.index for a in team.agents}
     listing = "\n".join(f"- {a}: {t}" for a, t in
                         sorted(state["findings"], key=lambda f: order[f[0]]))
-    last = team.agents[-1].name
+    last = roles(team).joiner.name
     msgs = agent_messages(team, last, [HumanMessage(
         f"The findings:\n{listing}\n\nJoin them into one report.")])
     reply = await team_model(runtime, last).ainvoke(msgs)
