@@ -3,8 +3,9 @@
     from granikv_agents import HttpTeamBackend, RunExecutor, load_spec
 
     spec = load_spec("deploy/teams/review.yaml")            # a team spec (YAML, pydantic)
-    async with RunExecutor.open("runs.sqlite",               # LangGraph's SQLite saver
-                                lambda team: HttpTeamBackend(url, team.name)) as ex:
+    async with RunExecutor.open("runs.sqlite",               # or postgresql://...
+                                lambda team: HttpTeamBackend(url, team.name,
+                                                             api_key=key)) as ex:
         run = await ex.start(spec)                          # run id = checkpoint thread
         await ex.wait(run.run_id)
         print(await ex.view(run.run_id))                    # turns, result, context pin
