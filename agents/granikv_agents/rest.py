@@ -19,16 +19,15 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from granikv_agents.relay import relay
 from granikv_agents.schemas import RUN_ID_PATTERN, RunCreate
 from granikv_agents.service_handle import service as _service
 from granikv_agents.threads.routes import threads_router
+from granikv_platform.answers import answer, stream_answer
 from granikv_platform.config import TeamConfig
 from granikv_platform.deps import Ing
-from granikv_platform.errors import ApiError, error_response
-from granikv_platform.protocol import Item
+from granikv_platform.errors import ApiError
 
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="A run of this team.")]
 
@@ -41,33 +40,28 @@ def runs_router(team: TeamConfig) -> APIRouter:
         if body.spec is not None and body.spec.team != team.name:
             raise ApiError(403, f"the spec is team {body.spec.team!r}'s; team "
                            f"{team.name!r} may not run it")
-        return _answer(await _service(ing).start.remote(team.name, body.wire()), 201)
+        return answer(await _service(ing).start.remote(team.name, body.wire()))
 
     @r.get("/runs")
     async def list_runs(ing: Ing, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                         offset: Annotated[int, Query(ge=0)] = 0) -> Response:
-        return _answer(await _service(ing).list_runs.remote(team.name, limit, offset))
+        return answer(await _service(ing).list_runs.remote(team.name, limit, offset))
 
     @r.get("/runs/{run_id}")
     async def get(run_id: RunId, ing: Ing) -> Response:
-        return _answer(await _service(ing).get.remote(team.name, run_id))
+        return answer(await _service(ing).get.remote(team.name, run_id))
 
     @r.post("/runs/{run_id}/resume")
     async def resume(run_id: RunId, ing: Ing) -> Response:
-        return _answer(await _service(ing).resume.remote(team.name, run_id))
+        return answer(await _service(ing).resume.remote(team.name, run_id))
 
     @r.get("/runs/{run_id}/events")
     async def events(run_id: RunId, ing: Ing,
                      after: Annotated[int, Query(ge=0, description="Events after this "
                                                  "seq.")] = 0,
                      last_event_id: Annotated[int | None, Header()] = None) -> Response:
-        return await relay(_service(ing).options(stream=True).events.remote(
+        return await stream_answer(_service(ing).options(stream=True).events.remote(
             team.name, run_id, max(after, last_event_id or 0)))
 
     r.include_router(threads_router(team.name))
     return r
-
-
-def _answer(item: Item, status: int = 200) -> Response:
-    return error_response(item) if "error" in item else JSONResponse(item["json"], status)
-

@@ -27,7 +27,7 @@ from granikv_agents.binding import (
     status_error,
 )
 from granikv_agents.state import ContextPin
-from granikv_platform.protocol import NO_TEAM_CONTEXT
+from granikv_platform.protocol import NO_TEAM_CONTEXT, ErrorItem, Item, JsonItem, SseItem
 
 
 class ServeTeamBackend:
@@ -58,10 +58,10 @@ class ServeTeamBackend:
             async with asyncio.timeout(self.timeout_s):
                 async for item in self._stream.team_chat.remote(self.team, body,
                                                                 context["prefix_id"]):
-                    if "sse" not in item:
+                    if not isinstance(item, SseItem):
                         _unwrap(item)  # an error item raises; anything else is one
-                        raise LLMCallError(500, f"expected a stream, got {sorted(item)}")
-                    for delta in sse_deltas(item["sse"].splitlines()):
+                        raise LLMCallError(500, "expected a stream, got one answer")
+                    for delta in sse_deltas(item.text.splitlines()):
                         yield delta
         except LLMCallError:
             raise
@@ -78,7 +78,7 @@ class ServeTeamBackend:
                 item = await self._llm.get_team_context.remote(self.team)
         except Exception as e:  # the replica died or is restarting, or a timeout
             raise TransientLLMError(503, f"{type(e).__name__}: {e}") from e
-        if item.get("error", {}).get("type") == NO_TEAM_CONTEXT:
+        if isinstance(item, ErrorItem) and item.type == NO_TEAM_CONTEXT:
             return None
         return _unwrap(item)
 
@@ -105,11 +105,10 @@ class ServeTeamBackend:
         return _unwrap(items[0])
 
 
-def _unwrap(item: dict[str, Any]) -> dict[str, Any]:
+def _unwrap(item: Item) -> dict[str, Any]:
     """A replica's protocol item -> its JSON body, or the matching error."""
-    if "error" in item:
-        err = item["error"]
-        raise status_error(int(err["status"]), str(err["message"]))
-    if "json" not in item:
-        raise LLMCallError(500, f"expected one JSON answer, got {sorted(item)}")
-    return item["json"]  # type: ignore[no-any-return]
+    if isinstance(item, ErrorItem):
+        raise status_error(item.status, item.message)
+    if not isinstance(item, JsonItem):
+        raise LLMCallError(500, f"expected one JSON answer, got {type(item).__name__}")
+    return item.body  # type: ignore[no-any-return]

@@ -32,7 +32,7 @@ from granikv_agents.store import RunRecord
 from granikv_agents.team import Team
 from granikv_agents.threads.api import ThreadApi
 from granikv_agents.threads.executor import ThreadExecutor
-from granikv_platform.protocol import Item, error_item
+from granikv_platform.protocol import ErrorItem, Item, JsonItem, SseItem, error_item
 
 
 class RunService:
@@ -104,19 +104,19 @@ class RunService:
         except (SpecFileError, FileNotFoundError, PermissionError) as e:
             return _error(e)
         rec = await self.executor.start(spec, body.get("task"))
-        return {"json": _created(rec)}
+        return JsonItem(_created(rec), 201)
 
     async def get(self, team: str, run_id: str) -> Item:
         try:
             await self._owned(team, run_id)
-            return {"json": await self.executor.view(run_id)}
+            return JsonItem(await self.executor.view(run_id))
         except (RunNotFound, PermissionError) as e:
             return _error(e)
 
     async def list_runs(self, team: str, limit: int = 100, offset: int = 0) -> Item:
         runs = await self.executor.store.list_runs(team, limit=limit + 1, offset=offset)
-        return {"json": {"object": "list", "data": [r.view() for r in runs[:limit]],
-                         "has_more": len(runs) > limit}}
+        return JsonItem({"object": "list", "data": [r.view() for r in runs[:limit]],
+                         "has_more": len(runs) > limit})
 
     async def resume(self, team: str, run_id: str) -> Item:
         try:
@@ -124,7 +124,7 @@ class RunService:
             rec = await self.executor.resume(run_id)
         except (RunNotFound, RunConflict, PermissionError) as e:
             return _error(e)
-        return {"json": rec.view()}
+        return JsonItem(rec.view())
 
     async def events(self, team: str, run_id: str, after: int = 0) -> AsyncIterator[Item]:
         """Server-sent events: ``id`` = the event's seq (resume with Last-Event-ID)."""
@@ -134,8 +134,8 @@ class RunService:
             yield _error(e)
             return
         async for ev in self.executor.events(run_id, after):
-            yield {"sse": f"id: {ev.seq}\nevent: {ev.type}\ndata: {json.dumps(ev.view())}\n\n"}
-        yield {"sse": "event: end\ndata: {}\n\n"}
+            yield SseItem(f"id: {ev.seq}\nevent: {ev.type}\ndata: {json.dumps(ev.view())}\n\n")
+        yield SseItem("event: end\ndata: {}\n\n")
 
     async def __del__(self) -> None:
         await self._stack.aclose()  # drains the runs (see RunExecutor.stop)
@@ -164,7 +164,7 @@ def _created(rec: RunRecord) -> dict[str, Any]:
                                     "resume": f"{base}/resume"}}
 
 
-def _error(e: Exception) -> Item:
+def _error(e: Exception) -> ErrorItem:
     status = {RunNotFound: 404, FileNotFoundError: 404, PermissionError: 403,
               RunConflict: 409, SpecFileError: 400}.get(type(e), 400)
     message = str(e.args[0]) if e.args else type(e).__name__  # KeyError's str() quotes

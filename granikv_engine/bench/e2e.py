@@ -56,8 +56,8 @@ def engine_kwargs(engine: str, max_len: int, hot_slots: int, async_sched: bool,
 def engine_env(engine: str) -> dict[str, str]:
     """Environment an engine needs before vLLM starts. vLLM 0.26 runs its V2 model runner
     by default, and the V2 runner has no cascade attention: ``disable_cascade_attn=False``
-    alone leaves stock-cascade the same engine as stock (measured on 2026-11-29, session
-    5: 1.01x on W1, 0.99x on W3). The V1 runner implements it."""
+    alone leaves stock-cascade the same engine as stock (measured on one H200 on
+    2026-11-29: 1.01x on W1, 0.99x on W3). The V1 runner implements it."""
     return {"VLLM_USE_V2_MODEL_RUNNER": "0"} if engine == "stock-cascade" else {}
 
 

@@ -6,8 +6,8 @@ template rendering, ``vllm_xargs`` -> ``SamplingParams.extra_args``, SSE chunks 
 ``vllm serve``), and prefix control through ``granikv_engine.vllm_plugin.client``.
 No Ray here; ``replica.py`` puts it in a Serve deployment.
 
-Answers cross the Ray boundary as plain items (``protocol.py``): ``{"json": body}``,
-``{"sse": "data: ...\\n\\n"}`` or ``{"error": {...}}``.
+Answers cross the Ray boundary as items (``protocol.py``): ``JsonItem``, ``SseItem``
+or ``ErrorItem``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ from granikv_engine.vllm_plugin.client import acontrol, aregister
 from granikv_platform.context_frame import Frame, Spliced, frame_of, splice
 from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
 from granikv_platform.frontend import frontend_namespace
-from granikv_platform.protocol import Item, error_item, validation_message
+from granikv_platform.protocol import (
+    Item,
+    JsonItem,
+    SseItem,
+    error_item,
+    headed,
+    validation_message,
+)
 from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls
 
@@ -215,8 +222,8 @@ class EngineHost:
                                 self.splices, variant, frame=frame)
         first = True
         async for item in self.chat({**body, "messages": messages}, splice_):
-            if first and "error" not in item:
-                item = {**item, "headers": {PREFIX_HEADER: splice_.outcome}}
+            if first:  # the outcome is known once the request was rendered and bound
+                item = headed(item, {PREFIX_HEADER: splice_.outcome})
             first = False
             yield item
 
@@ -369,7 +376,7 @@ async def _unary(call: Any) -> Item:
         out = create_error_response(e)
     if isinstance(out, ErrorResponse):
         return error_item(out.error.code, out.error.message, out.error.type)
-    return {"json": out.model_dump(mode="json")}
+    return JsonItem(out.model_dump(mode="json"))
 
 
 async def _items(out: Any) -> AsyncIterator[Item]:
@@ -377,6 +384,6 @@ async def _items(out: Any) -> AsyncIterator[Item]:
         yield error_item(out.error.code, out.error.message, out.error.type)
     elif hasattr(out, "__aiter__"):  # stream=True: SSE lines, "data: [DONE]" last
         async for chunk in out:
-            yield {"sse": chunk}
+            yield SseItem(chunk)
     else:
-        yield {"json": out.model_dump(mode="json")}
+        yield JsonItem(out.model_dump(mode="json"))

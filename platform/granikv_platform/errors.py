@@ -19,11 +19,10 @@ from starlette.responses import JSONResponse
 from granikv_engine.prefix_registry import PrefixError
 from granikv_platform.auth import AuthError
 from granikv_platform.protocol import (
-    Item,
+    ErrorItem,
     error_item,
     prefix_error_item,
     validation_message,
-    wire_error,
 )
 
 logger = logging.getLogger("ray.serve")
@@ -48,10 +47,10 @@ def unavailable(e: Exception) -> ApiError:
                     "retry shortly", retry_after_s=1)
 
 
-def error_response(item: Item) -> JSONResponse:
-    """The item as an HTTP answer. A 500's own text (an engine's or a library's
+def error_response(item: ErrorItem) -> JSONResponse:
+    """The error as an HTTP answer. A 500's own text (an engine's or a library's
     exception message, which may name files or internals) stays in the log."""
-    status, body = wire_error(item)
+    status, body = item.wire()
     if status == 500:
         logger.warning("GraniKV ingress: internal error answered as 500: %s",
                        body["error"]["message"])

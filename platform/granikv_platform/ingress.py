@@ -15,20 +15,19 @@ with an inline OpenAI-shaped error.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
+from granikv_platform.answers import stream_answer
 from granikv_platform.app import create_app
 from granikv_platform.config import PlatformConfig
-from granikv_platform.errors import REPLICA_LOST, error_response, unavailable
+from granikv_platform.errors import unavailable
 from granikv_platform.hub import HubClient, hub_client
-from granikv_platform.protocol import Item, error_item, wire_error
+from granikv_platform.protocol import Item
 
 
 class Ingress:
@@ -54,21 +53,12 @@ class Ingress:
 
     async def openai(self, method: str, *args: Any) -> Response:
         """Run a chat/completions method of a replica: one JSON answer, or an SSE
-        stream."""
+        stream (``answers.stream_answer``)."""
         gen = getattr(self._stream, method).remote(*args)
         try:
-            async with asyncio.timeout(self.cfg.ingress.request_timeout_s):
-                first: Item = await gen.__anext__()
-        except StopAsyncIteration:
-            return error_response(error_item(500, "the replica returned nothing"))
-        except _SERVE_HANDLED as e:
+            return await stream_answer(gen, self.cfg.ingress.request_timeout_s)
+        except _SERVE_HANDLED as e:  # a full queue or no replica: 503, Retry-After
             raise unavailable(e) from e
-        if "error" in first:
-            return error_response(first)
-        if "json" in first:
-            return JSONResponse(first["json"], headers=first.get("headers"))
-        return StreamingResponse(_sse(first, gen), media_type="text/event-stream",
-                                 headers=first.get("headers"))
 
     async def reports(self) -> dict[str, dict[str, Any]]:
         """Latest stats of the live replicas (those that reported recently)."""
@@ -80,18 +70,3 @@ class Ingress:
 # a plain 503 without Retry-After); raised as ApiError they get the app's OpenAI-shaped
 # 503 with Retry-After.
 _SERVE_HANDLED = (BackPressureError, DeploymentUnavailableError)
-
-
-async def _sse(first: Item, gen: Any) -> AsyncIterator[str]:
-    try:
-        yield first["sse"]
-        async for item in gen:
-            if "error" in item:  # after the first chunk the status is sent: report inline
-                yield f"data: {json.dumps(wire_error(item)[1])}\n\n"
-                return
-            yield item["sse"]
-    except REPLICA_LOST as e:  # the replica died mid-stream
-        lost = unavailable(e)
-        yield f"data: {json.dumps(wire_error(error_item(lost.status, lost.message))[1])}\n\n"
-    finally:
-        gen.cancel()  # a client that went away aborts the engine request

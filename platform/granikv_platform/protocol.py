@@ -1,24 +1,56 @@
-"""What crosses the Ray boundary between the ingress and the LLM replicas.
+"""What crosses the Ray boundary between the ingress and the deployments behind it (the
+LLM replicas, the agents' run service).
 
-Replica methods answer with plain dicts, never raise for a client's mistake:
-- ``{"json": body}``: a whole JSON answer (non-streaming OpenAI response, a record);
-- ``{"sse": "data: {...}\\n\\n"}``: one server-sent event of a stream;
-- ``{"error": {"status", "type", "message"}}``: an HTTP error for the client.
-The first item of an answer may also carry ``"headers"``: response headers for the
-client (a team chat's ``x-granikv-prefix``).
-Errors are OpenAI-shaped on the wire: ``{"error": {"message", "type", "code"}}``.
+Their methods answer with items and never raise for a client's mistake. An answer is
+one item, or a stream of them:
+- ``JsonItem``: a whole JSON answer (a non-streaming OpenAI response, a record), with
+  its HTTP status;
+- ``SseItem``: server-sent events of a stream (one or more, concatenated);
+- ``ErrorItem``: an HTTP error for the client (first item: the response's status; later
+  in a stream: an error event, the status being sent).
+The first item may carry ``headers``: response headers for the client (a team chat's
+``x-granikv-prefix``). Errors are OpenAI-shaped on the wire:
+``{"error": {"message", "type", "code"}}``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from granikv_engine.prefix_registry import PrefixError
 
-Item = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class JsonItem:
+    body: Any  # a JSON value
+    status: int = 200
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SseItem:
+    text: str  # "data: {...}\n\n", one or more events
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorItem:
+    status: int
+    type: str
+    message: str
+
+    def wire(self) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, OpenAI-style body)."""
+        return self.status, {"error": {"message": self.message, "type": self.type,
+                                       "code": self.status}}
+
+
+Item = JsonItem | SseItem | ErrorItem
 
 _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
           404: "NotFoundError", 405: "MethodNotAllowedError", 409: "ConflictError",
@@ -32,12 +64,11 @@ _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDe
 NO_TEAM_CONTEXT = "NoTeamContextError"
 
 
-def error_item(status: int, message: str, type_: str | None = None) -> Item:
-    return {"error": {"status": int(status), "type": type_ or _TYPES.get(status, "Error"),
-                      "message": message}}
+def error_item(status: int, message: str, type_: str | None = None) -> ErrorItem:
+    return ErrorItem(int(status), type_ or _TYPES.get(status, "Error"), message)
 
 
-def prefix_error_item(e: PrefixError) -> Item:
+def prefix_error_item(e: PrefixError) -> ErrorItem:
     # PrefixNotFound is a KeyError, whose str() adds quotes: use the message itself.
     return error_item(e.status, str(e.args[0]) if e.args else type(e).__name__)
 
@@ -53,20 +84,20 @@ def validation_message(e: ValidationError | Any) -> str:
     return "; ".join(parts) or str(e)
 
 
-def wire_error(item: Item) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, OpenAI-style body) of an error item."""
-    err = item["error"]
-    return err["status"], {"error": {"message": err["message"], "type": err["type"],
-                                     "code": err["status"]}}
+def headed(item: Item, headers: Mapping[str, str] | None) -> Item:
+    """``item`` with ``headers`` added (an error item stays as it is)."""
+    if not headers or isinstance(item, ErrorItem):
+        return item
+    return dataclasses.replace(item, headers={**(item.headers or {}), **headers})
 
 
 async def with_headers(items: AsyncIterator[Item],
-                       headers: dict[str, str] | None) -> AsyncIterator[Item]:
+                       headers: Mapping[str, str] | None) -> AsyncIterator[Item]:
     """``items`` with ``headers`` added to the first one (an error item stays as it is;
     None: all as they are)."""
     first = True
     async for item in items:
-        if first and headers and "error" not in item:
-            item = {**item, "headers": {**item.get("headers", {}), **headers}}
+        if first:
+            item = headed(item, headers)
         first = False
         yield item

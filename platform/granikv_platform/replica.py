@@ -28,6 +28,7 @@ from granikv_platform.placement import gpu_vllm_config
 from granikv_platform.protocol import (
     NO_TEAM_CONTEXT,
     Item,
+    JsonItem,
     error_item,
     prefix_error_item,
     with_headers,
@@ -152,14 +153,14 @@ class LLMReplica:
                           tuple(tokens), pin=req.pin)
         try:
             created = await self.sync.add(spec)
-            return {"json": await self._view(spec), "created": created}
+            return JsonItem(await self._view(spec), 201 if created else 200)
         except PrefixError as e:
             return prefix_error_item(e)
 
     async def get_prefix(self, team: str, prefix_id: str) -> Item:
         try:
             spec = await self.sync.ensure(team, prefix_id, fresh=True)
-            return {"json": await self._view(spec)}
+            return JsonItem(await self._view(spec))
         except PrefixError as e:
             return prefix_error_item(e)
 
@@ -167,13 +168,13 @@ class LLMReplica:
         await self.sync.reconcile()  # answer from a replica that matches the registry
         records = {r["prefix_id"]: r for r in await self.engine.list_prefixes()}
         specs = await self.hub.list_specs(team)
-        return {"json": {"object": "list", "data": [
-            record_view(s, records.get(s.prefix_id, {})) for s in specs]}}
+        return JsonItem({"object": "list", "data": [
+            record_view(s, records.get(s.prefix_id, {})) for s in specs]})
 
     async def delete_prefix(self, team: str, prefix_id: str) -> Item:
         try:
             spec = await self.sync.remove(prefix_id, team)
-            return {"json": {"prefix_id": spec.prefix_id, "deleted": True}}
+            return JsonItem({"prefix_id": spec.prefix_id, "deleted": True})
         except PrefixError as e:
             return prefix_error_item(e)
 
@@ -203,7 +204,7 @@ class LLMReplica:
             await self.sync.ensure(team, spec.prefix_id)
         except PrefixError as e:  # replaced meanwhile
             return prefix_error_item(e)
-        return {"json": {**await self._view(spec), "text": spec.text}}
+        return JsonItem({**await self._view(spec), "text": spec.text})
 
     # ---- health, stats, shutdown --------------------------------------------------
     async def check_health(self) -> None:

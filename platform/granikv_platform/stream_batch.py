@@ -3,8 +3,8 @@
 vLLM's OpenAI server yields one SSE event per engine step and request. At a few hundred
 concurrent streams, one Ray handle item per event costs the replica and the ingress more
 than the event itself. ``batch_sse`` reads the engine's stream in a task of its own and
-yields everything that arrived since the last item as one ``{"sse": ...}`` item (SSE
-events concatenate). The first event goes out at once (time to first token); after
+yields everything that arrived since the last item as one ``SseItem`` (SSE events
+concatenate). The first event goes out at once (time to first token); after
 that, ``interval_s`` > 0 waits that long to collect more, as Ray Serve LLM's stream
 batching interval does; 0 only merges what is already waiting, so a consumer that keeps
 up sees every event as it comes. Non-SSE items (a JSON answer, an error) pass alone.
@@ -18,7 +18,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-Item = dict[str, Any]
+from granikv_platform.protocol import Item, SseItem
+
 _END = object()
 
 
@@ -45,23 +46,21 @@ async def batch_sse(items: AsyncIterator[Item], interval_s: float = 0.0) -> Asyn
                 return
             if isinstance(head, BaseException):
                 raise head
-            if "sse" not in head:
+            if not isinstance(head, SseItem):
                 yield head
                 continue
             if first_sent and interval_s > 0:
                 await asyncio.sleep(interval_s)
-            parts = [head["sse"]]
+            parts = [head.text]
             while not queue.empty():
                 nxt = queue.get_nowait()
-                if nxt is _END or isinstance(nxt, BaseException) or "sse" not in nxt:
+                if not isinstance(nxt, SseItem):  # the end, an error, another kind
                     pending = nxt
                     break
-                parts.append(nxt["sse"])
+                parts.append(nxt.text)
             first_sent = True
-            batch: Item = {"sse": "".join(parts)}
-            if "headers" in head:  # the stream's response headers ride on its first item
-                batch["headers"] = head["headers"]
-            yield batch
+            # the stream's response headers ride on its first item
+            yield head if len(parts) == 1 else SseItem("".join(parts), head.headers)
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

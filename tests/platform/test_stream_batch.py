@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
+from granikv_platform.protocol import Item, SseItem, error_item
 from granikv_platform.stream_batch import batch_sse
 
 
-async def source(n: int, gap_s: float, tail: list[dict[str, Any]] | None = None,
-                 closed: list[bool] | None = None) -> AsyncIterator[dict[str, Any]]:
+async def source(n: int, gap_s: float, tail: list[Item] | None = None,
+                 closed: list[bool] | None = None) -> AsyncIterator[Item]:
     try:
         for i in range(n):
-            item: dict[str, Any] = {"sse": f"data: {i}\n\n"}
-            if i == 0:
-                item["headers"] = {"x-granikv-prefix": "hit"}
-            yield item
+            yield SseItem(f"data: {i}\n\n", {"x-granikv-prefix": "hit"} if i == 0 else None)
             await asyncio.sleep(gap_s)
         for item in tail or []:
             yield item
@@ -27,12 +24,12 @@ async def source(n: int, gap_s: float, tail: list[dict[str, Any]] | None = None,
             closed.append(True)
 
 
-def events(items: list[dict[str, Any]]) -> list[str]:
-    return [e for it in items if "sse" in it for e in it["sse"].split("\n\n") if e]
+def events(items: list[Item]) -> list[str]:
+    return [e for it in items if isinstance(it, SseItem) for e in it.text.split("\n\n") if e]
 
 
 def test_a_slow_consumer_gets_every_event_in_fewer_items() -> None:
-    async def run() -> list[dict[str, Any]]:
+    async def run() -> list[Item]:
         out = []
         async for item in batch_sse(source(50, 0.0)):
             out.append(item)
@@ -41,15 +38,15 @@ def test_a_slow_consumer_gets_every_event_in_fewer_items() -> None:
 
     out = asyncio.run(run())
     assert events(out) == [f"data: {i}" for i in range(50)]
-    assert out[0] == {"sse": "data: 0\n\n", "headers": {"x-granikv-prefix": "hit"}}
+    assert out[0] == SseItem("data: 0\n\n", {"x-granikv-prefix": "hit"})
     assert len(out) < 50  # merged
-    assert all("headers" not in it for it in out[1:])
+    assert all(isinstance(it, SseItem) and it.headers is None for it in out[1:])
 
 
 def test_an_interval_collects_and_non_sse_items_pass_alone() -> None:
-    tail = [{"error": {"status": 500, "type": "InternalServerError", "message": "x"}}]
+    tail: list[Item] = [error_item(500, "x")]
 
-    async def run() -> list[dict[str, Any]]:
+    async def run() -> list[Item]:
         return [it async for it in batch_sse(source(20, 0.001, tail), interval_s=0.05)]
 
     out = asyncio.run(run())

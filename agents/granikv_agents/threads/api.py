@@ -1,7 +1,7 @@
 """ThreadApi: the thread executor as the run service exposes it through a Serve handle.
 
 One ``call(team, op, args)`` for every JSON route (its answer is a protocol item:
-``{"json"}`` or ``{"error"}``, scoped to the calling team), one ``events`` generator of
+``JsonItem`` or ``ErrorItem``, scoped to the calling team), one ``events`` generator of
 server-sent events (``id`` = the event's seq; ``: ping`` comments keep an idle stream
 alive; a final ``end`` once the run stopped). The team's assistants are its spec files
 (name = assistant id).
@@ -16,7 +16,7 @@ from typing import Any
 from granikv_agents.spec_file import SpecFileError
 from granikv_agents.threads.executor import ThreadError, ThreadExecutor
 from granikv_agents.threads.views import assistant_view, run_view
-from granikv_platform.protocol import Item, error_item
+from granikv_platform.protocol import Item, JsonItem, SseItem, error_item
 
 _OPS = frozenset({"search_assistants", "get_assistant", "create_thread", "get_thread",
                   "state", "search_threads", "create_run", "get_run", "list_runs", "join",
@@ -34,7 +34,7 @@ class ThreadApi:
         if op not in _OPS:
             return error_item(404, f"no operation {op!r}")
         try:
-            return {"json": await getattr(self, f"_{op}")(team, **args)}
+            return JsonItem(await getattr(self, f"_{op}")(team, **args))
         except (ThreadError, SpecFileError, ValueError) as e:
             status = e.status if isinstance(e, ThreadError) else 422
             return error_item(status, str(e.args[0]) if e.args else type(e).__name__)
@@ -48,11 +48,11 @@ class ThreadApi:
             return
         async for ev in self.ex.events(team, thread_id, run_id, after, self.ping_s):
             if ev is None:
-                yield {"sse": ": ping\n\n"}
+                yield SseItem(": ping\n\n")
             else:
-                yield {"sse": f"id: {ev.seq}\nevent: {ev.event}\n"
-                              f"data: {json.dumps(ev.data)}\n\n"}
-        yield {"sse": "event: end\ndata: null\n\n"}  # the run stopped: nothing follows
+                yield SseItem(f"id: {ev.seq}\nevent: {ev.event}\n"
+                              f"data: {json.dumps(ev.data)}\n\n")
+        yield SseItem("event: end\ndata: null\n\n")  # the run stopped: nothing follows
 
     # ---- operations (JSON-able answers) --------------------------------------------------
     async def _search_assistants(self, team: str, limit: int = 10,

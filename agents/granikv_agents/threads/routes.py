@@ -18,25 +18,23 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from granikv_agents.relay import relay
 from granikv_agents.service_handle import service
 from granikv_agents.threads.schemas import Page, RunCreate, ThreadCreate
+from granikv_platform.answers import answer, stream_answer
 from granikv_platform.deps import Ing
-from granikv_platform.errors import error_response
-from granikv_platform.protocol import Item
+from granikv_platform.protocol import ErrorItem, Item, JsonItem
 
 
 def threads_router(team: str) -> APIRouter:
     r = APIRouter(tags=[f"team {team}: threads (LangGraph Server API)"])
 
     async def call(ing: Any, op: str, **args: Any) -> Response:
-        item: Item = await service(ing).threads.remote(team, op, args)
-        return error_response(item) if "error" in item else JSONResponse(item["json"])
+        return answer(await service(ing).threads.remote(team, op, args))
 
     async def stream(ing: Any, tid: str, rid: str, after: int) -> Response:
-        return await relay(
+        return await stream_answer(
             service(ing).options(stream=True).thread_events.remote(team, tid, rid, after),
             headers={"Location": f"/threads/{tid}/runs/{rid}/stream"})
 
@@ -76,17 +74,17 @@ def threads_router(team: str) -> APIRouter:
     async def create_and_stream(thread_id: str, body: RunCreate, ing: Ing) -> Response:
         item: Item = await service(ing).threads.remote(
             team, "create_run", {"thread_id": thread_id, "body": body.wire()})
-        if "error" in item:
-            return error_response(item)
-        return await stream(ing, thread_id, item["json"]["run_id"], 0)
+        if not isinstance(item, JsonItem):
+            return answer(item)
+        return await stream(ing, thread_id, item.body["run_id"], 0)
 
     @r.post("/threads/{thread_id}/runs/wait")
     async def create_and_wait(thread_id: str, body: RunCreate, ing: Ing) -> Response:
         item: Item = await service(ing).threads.remote(
             team, "create_run", {"thread_id": thread_id, "body": body.wire()})
-        if "error" in item:
-            return error_response(item)
-        return await call(ing, "join", thread_id=thread_id, run_id=item["json"]["run_id"])
+        if not isinstance(item, JsonItem):
+            return answer(item)
+        return await call(ing, "join", thread_id=thread_id, run_id=item.body["run_id"])
 
     @r.get("/threads/{thread_id}/runs")
     async def list_runs(thread_id: str, ing: Ing,
@@ -116,7 +114,7 @@ def threads_router(team: str) -> APIRouter:
                      wait: Annotated[int, Query(ge=0, le=1)] = 0) -> Response:
         item: Item = await service(ing).threads.remote(
             team, "cancel", {"thread_id": thread_id, "run_id": run_id, "wait": bool(wait)})
-        return error_response(item) if "error" in item else Response(status_code=204)
+        return answer(item) if isinstance(item, ErrorItem) else Response(status_code=204)
 
     return r
 

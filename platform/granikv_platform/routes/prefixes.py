@@ -9,21 +9,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
+from granikv_platform.answers import answer
 from granikv_platform.deps import Ing, RequiredTeam
-from granikv_platform.errors import error_response
-from granikv_platform.protocol import Item
 from granikv_platform.schemas import PREFIX_ID_PATTERN, PrefixCreate, PrefixList, PrefixRecord
 
 PrefixId = Annotated[str, Path(pattern=PREFIX_ID_PATTERN,
                                description="A prefix id of the calling team.")]
-
-
-def _answer(item: Item, status: int = 200) -> JSONResponse:
-    if "error" in item:
-        return error_response(item)
-    return JSONResponse(item["json"], status_code=status)
 
 
 def router() -> APIRouter:
@@ -31,20 +24,19 @@ def router() -> APIRouter:
 
     @r.post("", status_code=201, response_model=PrefixRecord,
             responses={200: {"description": "Already registered (same tokens)."}})
-    async def register(team: RequiredTeam, body: PrefixCreate, ing: Ing) -> JSONResponse:
-        item = await ing.call("register_prefix", team, body.model_dump())
-        return _answer(item, 201 if item.get("created") else 200)
+    async def register(team: RequiredTeam, body: PrefixCreate, ing: Ing) -> Response:
+        return answer(await ing.call("register_prefix", team, body.model_dump()))
 
     @r.get("", response_model=PrefixList)
-    async def list_(team: RequiredTeam, ing: Ing) -> JSONResponse:
-        return _answer(await ing.call("list_prefixes", team))
+    async def list_(team: RequiredTeam, ing: Ing) -> Response:
+        return answer(await ing.call("list_prefixes", team))
 
     @r.get("/{prefix_id}", response_model=PrefixRecord)
-    async def get(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> JSONResponse:
-        return _answer(await ing.call("get_prefix", team, prefix_id))
+    async def get(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> Response:
+        return answer(await ing.call("get_prefix", team, prefix_id))
 
     @r.delete("/{prefix_id}")
-    async def delete(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> JSONResponse:
-        return _answer(await ing.call("delete_prefix", team, prefix_id))
+    async def delete(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> Response:
+        return answer(await ing.call("delete_prefix", team, prefix_id))
 
     return r

@@ -10,16 +10,16 @@ ends every message with a special token).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ModelList
 
+from granikv_platform.answers import answer
 from granikv_platform.config import PlatformConfig, TeamConfig
 from granikv_platform.deps import Ing, RawBody
-from granikv_platform.errors import error_response
 from granikv_platform.names import CONTEXT_HEADER
 from granikv_platform.routes.openai import model_list
 from granikv_platform.schemas import TeamContext, TeamContextIn
@@ -29,12 +29,12 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
     r = APIRouter(tags=[f"team {team.name}"])  # mounted with deps.enter_team(team)
 
     @r.put("/context", response_model=TeamContext)
-    async def put_context(body: TeamContextIn, ing: Ing) -> JSONResponse:
-        return _answer(await ing.call("set_team_context", team.name, body.text))
+    async def put_context(body: TeamContextIn, ing: Ing) -> Response:
+        return answer(await ing.call("set_team_context", team.name, body.text))
 
     @r.get("/context", response_model=TeamContext)
-    async def get_context(ing: Ing) -> JSONResponse:
-        return _answer(await ing.call("get_team_context", team.name))
+    async def get_context(ing: Ing) -> Response:
+        return answer(await ing.call("get_team_context", team.name))
 
     @r.get("/v1/models", response_model=ModelList)
     async def models() -> ModelList:
@@ -49,7 +49,3 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
         return await ing.openai("team_chat", team.name, body, context)
 
     return r
-
-
-def _answer(item: dict[str, Any]) -> JSONResponse:
-    return error_response(item) if "error" in item else JSONResponse(item["json"])

@@ -4,10 +4,8 @@ are the ones the engine sees. Any valid key may call them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 from vllm.entrypoints.serve.tokenize.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -15,8 +13,8 @@ from vllm.entrypoints.serve.tokenize.protocol import (
     TokenizeResponse,
 )
 
+from granikv_platform.answers import answer
 from granikv_platform.deps import Ing, OptionalTeam, RawBody
-from granikv_platform.errors import error_response
 
 
 def router() -> APIRouter:
@@ -24,16 +22,12 @@ def router() -> APIRouter:
 
     @r.post("/tokenize", response_model=TokenizeResponse)
     async def tokenize(_: OptionalTeam, __: TokenizeRequest, body: RawBody,
-                       ing: Ing) -> JSONResponse:
-        return _answer(await ing.call("tokenize", body))
+                       ing: Ing) -> Response:
+        return answer(await ing.call("tokenize", body))
 
     @r.post("/detokenize", response_model=DetokenizeResponse)
     async def detokenize(_: OptionalTeam, __: DetokenizeRequest, body: RawBody,
-                         ing: Ing) -> JSONResponse:
-        return _answer(await ing.call("detokenize", body))
+                         ing: Ing) -> Response:
+        return answer(await ing.call("detokenize", body))
 
     return r
-
-
-def _answer(item: dict[str, Any]) -> JSONResponse:
-    return error_response(item) if "error" in item else JSONResponse(item["json"])

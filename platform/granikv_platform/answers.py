@@ -1,0 +1,72 @@
+"""Protocol items as HTTP answers: one place for the ingress's OpenAI routes and every
+route that relays a deployment's answer (prefixes, team context, the agents' runs and
+threads).
+
+- ``answer(item)``: a unary answer (JSON with its status and headers, or the error);
+- ``stream_answer(gen)``: a streaming call's answer. Its first item decides: an error is
+  the response; a JSON item is the whole answer; SSE starts an event stream that relays
+  every later item. After the first chunk the status is sent, so a later error (or a
+  replica lost mid-stream) is reported inline, as an OpenAI-shaped error event. A client
+  that goes away cancels the call (the engine request is aborted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from granikv_platform.errors import REPLICA_LOST, error_response, unavailable
+from granikv_platform.protocol import ErrorItem, Item, JsonItem, SseItem, error_item
+
+
+def answer(item: Item) -> Response:
+    if isinstance(item, ErrorItem):
+        return error_response(item)
+    if isinstance(item, JsonItem):
+        return JSONResponse(item.body, status_code=item.status, headers=item.headers)
+    return error_response(error_item(500, "expected one answer, got a stream chunk"))
+
+
+async def stream_answer(gen: Any, timeout_s: float | None = None,
+                        headers: Mapping[str, str] | None = None) -> Response:
+    """``gen``: a Serve handle's streaming call. ``timeout_s`` bounds the wait for its
+    first item; ``headers`` are added to the answer's own."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            first: Item = await gen.__anext__()
+    except StopAsyncIteration:
+        return error_response(error_item(500, "the deployment returned nothing"))
+    except BaseException:
+        gen.cancel()
+        raise
+    if not isinstance(first, SseItem):
+        gen.cancel()
+        return answer(first)
+    return StreamingResponse(_relay(first, gen), media_type="text/event-stream",
+                             headers={**(first.headers or {}), **(headers or {})})
+
+
+async def _relay(first: SseItem, gen: Any) -> AsyncIterator[str]:
+    try:
+        yield first.text
+        async for item in gen:
+            if isinstance(item, SseItem):
+                yield item.text
+                continue
+            err = item if isinstance(item, ErrorItem) else error_item(
+                500, "expected a stream chunk, got one answer")
+            yield _event(err)
+            return
+    except REPLICA_LOST as e:  # the replica died mid-stream
+        lost = unavailable(e)
+        yield _event(error_item(lost.status, lost.message))
+    finally:
+        gen.cancel()  # a client that went away aborts the call
+
+
+def _event(err: ErrorItem) -> str:
+    return f"data: {json.dumps(err.wire()[1])}\n\n"
