@@ -12,7 +12,7 @@ import builtins
 import enum
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from granikv_engine.hot_pool import AllocResult, HotPool, Move, SlotRange
 
@@ -64,7 +64,10 @@ class PrefixRecord:
     pinned: bool = False
     doomed: bool = False  # unregistered while in use: dropped on its last release
     hits: int = 0
-    meta: dict[str, object] = field(default_factory=dict)
+    # The engine's hashes of the prefix's blocks, recorded when it filled (None: not
+    # filled yet, or the engine does not hash); what a prompt that starts with the
+    # prefix hashes to, so prefix-cache lookups of such prompts find its blocks.
+    block_hashes: tuple[bytes, ...] | None = None
 
     @property
     def length(self) -> int:

@@ -1,9 +1,17 @@
-"""Counters the engine exports as metrics; pure Python, snapshot as plain dicts."""
+"""Counters the engine exports as metrics, and the shapes of what the ``stats`` and
+prefix control calls answer; pure Python.
+
+The answers cross vLLM's utility-call channel (msgpack between the engine-core process
+and the front end) and the platform's replica reports, so they are plain dicts; their
+shapes are declared here (``TypedDict``) for the engine that writes them and for the
+readers (the platform's ``metrics.py``, the benchmarks).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import TypedDict
 
 from granikv_engine.dispatcher import Choice
 
@@ -33,8 +41,79 @@ class DispatchCounters:
             grouped += rows
         self.plain_rows += num_rows - grouped
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> DispatchSnapshot:
         return {"steps": self.steps, "groups": dict(self.groups), "rows": dict(self.rows),
                 "regimes": dict(self.regimes), "sources": dict(self.sources),
                 "plain_rows": self.plain_rows, "graph_steps": self.graph_steps,
                 "graph_cascade_steps": self.graph_cascade_steps}
+
+
+class DispatchSnapshot(TypedDict):
+    """``DispatchCounters.snapshot()``: HOT groups, rows, regimes and sources by choice;
+    steps cleared for FULL CUDA graphs."""
+
+    steps: int
+    groups: dict[str, int]  # backend -> HOT groups
+    rows: dict[str, int]  # backend -> rows in those groups
+    regimes: dict[str, int]
+    sources: dict[str, int]  # table | roofline | forced
+    plain_rows: int
+    graph_steps: int
+    graph_cascade_steps: int
+
+
+class PrefixRecordView(TypedDict):
+    """One prefix as the engine holds it (control ops ``list``, ``get``, ``pin``...)."""
+
+    prefix_id: str
+    team: str
+    length: int  # tokens
+    state: str  # PrefixState's value: filling, ready, cold, ...
+    pinned: bool
+    hits: int  # requests served from it
+    content_hash: str
+    hot_start: int | None  # first HOT slot; None when not in HOT
+
+
+class HotStats(TypedDict):
+    """``HotPool.stats()``: slots of the HOT arena."""
+
+    capacity: int
+    used: int
+    pinned: int
+    referenced: int
+    free: int
+    largest_free_run: int
+    fragmentation: float
+    entries: int
+
+
+class ColdStats(TypedDict):
+    capacity: int  # COLD slots (tokens)
+    free: int
+    used: int
+    usage: float
+
+
+class HitStats(TypedDict):
+    hits: int  # requests served from a HOT prefix
+    hit_tokens: int  # prompt tokens read from HOT
+    cold_fallbacks: int  # named a prefix that was not READY in HOT
+
+
+class EngineStats(TypedDict, total=False):
+    """The ``stats`` control call: the engine core's view (hot, cold, prefixes by state,
+    hits, events, ...) and the workers' dispatcher counters (rank 0's)."""
+
+    hot: HotStats
+    cold: ColdStats
+    prefixes: dict[str, int]  # state -> prefixes
+    hits: HitStats
+    events: dict[str, int]  # bound_requests, registrations, fills_done, bind_errors, ...
+    evictions: int
+    compactions: int
+    cold_registrations: int
+    seeded_hash_tokens: int
+    scheduler: dict[str, float]  # StepStats.snapshot()
+    dispatch: DispatchSnapshot
+    dispatch_ranks_agree: bool

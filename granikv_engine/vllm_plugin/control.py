@@ -3,19 +3,21 @@ stats), served by the scheduler in the engine-core process.
 
 They travel as vLLM *utility calls* (``EngineCore.granikv_control``), the same channel
 ``reset_prefix_cache`` uses, so they work in-process and across processes. Answers are
-plain dicts; errors come back as ``{"error": {"status", "type", "message"}}``.
+plain dicts of the shapes ``granikv_engine.stats`` declares (``PrefixRecordView``,
+``EngineStats``); errors come back as ``{"error": {"status", "type", "message"}}``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from granikv_engine.hot_pool import HotPoolStats
 from granikv_engine.prefix_registry import PrefixError, PrefixRecord, PrefixState
+from granikv_engine.stats import EngineStats, HotStats, PrefixRecordView
 from granikv_engine.vllm_plugin.step_stats import StepStats
 
 
-def record_dict(rec: PrefixRecord) -> dict[str, Any]:
+def record_dict(rec: PrefixRecord) -> PrefixRecordView:
     return {"prefix_id": rec.prefix_id, "team": rec.team, "length": rec.length,
             "state": rec.state.value, "pinned": rec.pinned, "hits": rec.hits,
             "content_hash": rec.content_hash,
@@ -25,6 +27,13 @@ def record_dict(rec: PrefixRecord) -> dict[str, Any]:
 def error_dict(e: Exception) -> dict[str, Any]:
     status = getattr(e, "status", 400)
     return {"error": {"status": status, "type": type(e).__name__, "message": str(e)}}
+
+
+def hot_stats(s: HotPoolStats) -> HotStats:
+    return {"capacity": s.capacity, "used": s.used, "pinned": s.pinned,
+            "referenced": s.referenced, "free": s.free,
+            "largest_free_run": s.largest_free_run, "fragmentation": s.fragmentation,
+            "entries": s.entries}
 
 
 class Control:
@@ -45,29 +54,30 @@ class Control:
     def op_list(self, team: str | None = None) -> dict[str, Any]:
         return {"prefixes": [record_dict(r) for r in self.s.registry.list(team)]}
 
-    def op_get(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
+    def op_get(self, prefix_id: str, team: str | None = None) -> PrefixRecordView:
         return record_dict(self.s.registry.get(prefix_id, team))
 
-    def op_pin(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
+    def op_pin(self, prefix_id: str, team: str | None = None) -> PrefixRecordView:
         return record_dict(self.s.registry.pin(prefix_id, team))
 
-    def op_unpin(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
+    def op_unpin(self, prefix_id: str, team: str | None = None) -> PrefixRecordView:
         return record_dict(self.s.registry.unpin(prefix_id, team))
 
     def op_unregister(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
         freed = self.s.registry.unregister(prefix_id, team)
         return {"prefix_id": prefix_id, "freed_now": freed}
 
-    def op_stats(self) -> dict[str, Any]:
+    def op_stats(self) -> EngineStats:
         s, gk = self.s, self.s.gk
         free = gk.block_pool.get_num_free_blocks()
         states = [r.state for r in s.registry.list()]
         return {
-            "hot": s.registry.pool.stats()._asdict(),
+            "hot": hot_stats(s.registry.pool.stats()),
             "cold": {"capacity": gk.cold_capacity, "free": free,
                      "used": gk.cold_capacity - free, "usage": gk.usage},
             "prefixes": {st.value: states.count(st) for st in PrefixState},
-            "hits": dataclasses.asdict(gk.hot_counters),
+            "hits": {"hits": gk.hot_counters.hits, "hit_tokens": gk.hot_counters.hit_tokens,
+                     "cold_fallbacks": gk.hot_counters.cold_fallbacks},
             "events": dict(s.gk_events),
             "evictions": s.registry.evictions,
             "compactions": s.registry.compactions,

@@ -151,7 +151,7 @@ class GraniKVSchedulerMixin:
         if pid is not None and rec is not None:
             if request.status in _DONE and request.num_computed_tokens >= rec.length:
                 if _plain_hashing(request) and len(request.block_hashes) >= rec.length:
-                    rec.meta["block_hashes"] = list(request.block_hashes[:rec.length])
+                    rec.block_hashes = tuple(request.block_hashes[:rec.length])
                 self.registry.mark_ready(pid)
                 self.gk_events["fills_done"] += 1
             else:
@@ -174,9 +174,9 @@ class GraniKVSchedulerMixin:
         if self.hasher is None or self._seeds_version == self.registry.version:
             return
         self._seeds_version = self.registry.version
-        seeds = [Seed(r.prefix_id, r.team, list(r.tokens), list(r.meta["block_hashes"]))  # type: ignore[call-overload]
+        seeds = [Seed(r.prefix_id, r.team, list(r.tokens), list(r.block_hashes))
                  for r in self.registry.list()
-                 if r.state is PrefixState.READY and "block_hashes" in r.meta]
+                 if r.state is PrefixState.READY and r.block_hashes is not None]
         self.hasher.publish(SeedTable.build(seeds))  # type: ignore[arg-type]
 
 

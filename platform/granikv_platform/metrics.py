@@ -4,7 +4,8 @@ Every replica reports every ``sync_period_s`` to the registry hub; the ingress r
 what the live ones said, one label set per replica. Each family has one meaning, so that
 summing it over its labels means something: capacity and use are separate families, and
 a label is never empty. vLLM's own metrics (latencies, prefix cache, KV usage) are
-exported by Ray's metrics agent (engine_stats.py). Pure: no Ray, no vLLM.
+exported by Ray's metrics agent (engine_stats.py). Pure: no Ray, no vLLM. The engine's
+part of a report has the shape ``granikv_engine.stats.EngineStats`` declares.
 """
 
 from __future__ import annotations
@@ -15,7 +16,18 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from granikv_engine.stats import ColdStats, DispatchSnapshot, EngineStats, HitStats, HotStats
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# what a report without the engine's part (a replica still starting) counts as
+_NO_HOT: HotStats = {"capacity": 0, "used": 0, "pinned": 0, "referenced": 0, "free": 0,
+                     "largest_free_run": 0, "fragmentation": 0.0, "entries": 0}
+_NO_COLD: ColdStats = {"capacity": 0, "free": 0, "used": 0, "usage": 0.0}
+_NO_HITS: HitStats = {"hits": 0, "hit_tokens": 0, "cold_fallbacks": 0}
+_NO_DISPATCH: DispatchSnapshot = {"steps": 0, "groups": {}, "rows": {}, "regimes": {},
+                                  "sources": {}, "plain_rows": 0, "graph_steps": 0,
+                                  "graph_cascade_steps": 0}
 
 
 class _Families:
@@ -34,34 +46,37 @@ class _Families:
 
 
 def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> None:
-    g: Mapping[str, Any] = r.get("granikv", {})
+    g: EngineStats = r.get("granikv", {})  # the engine's stats call, as it declares it
     fe: Mapping[str, Any] = r.get("frontend", {})
-    hot, cold = g.get("hot", {}), g.get("cold", {})
-    hits, events = g.get("hits", {}), g.get("events", {})
+    hot = g.get("hot") or _NO_HOT
+    cold = g.get("cold") or _NO_COLD
+    hits = g.get("hits") or _NO_HITS
+    events = g.get("events", {})
     f.add("gauge", "granikv_replica_up", "1 per live LLM replica.", labels, 1)
-    for kind, doc in (("capacity", "HOT arena size"), ("used", "HOT slots in use"),
-                      ("pinned", "HOT slots of pinned prefixes"),
-                      ("referenced", "HOT slots running requests read"),
-                      ("free", "free HOT slots")):
-        f.add("gauge", f"granikv_hot_{kind}_slots", f"{doc} (tokens).", labels,
-              hot.get(kind, 0))
+    for kind, doc, slots in (("capacity", "HOT arena size", hot["capacity"]),
+                             ("used", "HOT slots in use", hot["used"]),
+                             ("pinned", "HOT slots of pinned prefixes", hot["pinned"]),
+                             ("referenced", "HOT slots running requests read",
+                              hot["referenced"]),
+                             ("free", "free HOT slots", hot["free"])):
+        f.add("gauge", f"granikv_hot_{kind}_slots", f"{doc} (tokens).", labels, slots)
     f.add("gauge", "granikv_hot_fragmentation", "1 - largest free HOT run / free HOT slots.",
-          labels, hot.get("fragmentation", 0.0))
-    for kind, doc in (("capacity", "COLD pool size"), ("used", "COLD slots in use"),
-                      ("free", "free COLD slots")):
-        f.add("gauge", f"granikv_cold_{kind}_slots", f"{doc} (tokens).", labels,
-              cold.get(kind, 0))
-    f.add("gauge", "granikv_cold_usage_ratio", "COLD pool usage.", labels, cold.get("usage", 0))
+          labels, hot["fragmentation"])
+    for kind, doc, slots in (("capacity", "COLD pool size", cold["capacity"]),
+                             ("used", "COLD slots in use", cold["used"]),
+                             ("free", "free COLD slots", cold["free"])):
+        f.add("gauge", f"granikv_cold_{kind}_slots", f"{doc} (tokens).", labels, slots)
+    f.add("gauge", "granikv_cold_usage_ratio", "COLD pool usage.", labels, cold["usage"])
     for state, n in g.get("prefixes", {}).items():
         f.add("gauge", "granikv_prefixes", "Registered prefixes by state.", labels, n,
               {"state": state})
     f.add("gauge", "granikv_pinned_prefixes", "Pinned prefixes.", labels,
           r.get("pinned_prefixes", 0))
     f.add("counter", "granikv_prefix_hits", "Requests served from a HOT prefix.", labels,
-          hits.get("hits", 0))
+          hits["hits"])
     f.add("counter", "granikv_prefix_hit_tokens", "Prompt tokens read from HOT.", labels,
-          hits.get("hit_tokens", 0))
-    for reason, n in (("cold_fallback", hits.get("cold_fallbacks", 0)),
+          hits["hit_tokens"])
+    for reason, n in (("cold_fallback", hits["cold_fallbacks"]),
                       ("bind_error", events.get("bind_errors", 0)),
                       ("prompt_logprobs", events.get("prefix_reads_skipped", 0))):
         f.add("counter", "granikv_prefix_misses", "Bound requests served without HOT.",
@@ -70,7 +85,7 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
         f.add("counter", f"granikv_{event}", f"Engine events: {event}.", labels,
               events.get(event, 0))
     f.add("counter", "granikv_evictions", "HOT prefixes evicted.", labels, g.get("evictions", 0))
-    _dispatch(f, labels, g.get("dispatch", {}))
+    _dispatch(f, labels, g.get("dispatch") or _NO_DISPATCH)
     f.add("gauge", "granikv_generation_tokens_per_second", "Output tokens/s (10 s window).",
           labels, fe.get("generation_tokens_per_s", 0.0))
     f.add("counter", "granikv_generation_tokens", "Output tokens.", labels,
@@ -85,23 +100,22 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
           fe.get("kv_cache_usage", 0.0))
 
 
-def _dispatch(f: _Families, labels: Mapping[str, str], d: Mapping[str, Any]) -> None:
+def _dispatch(f: _Families, labels: Mapping[str, str], d: DispatchSnapshot) -> None:
     f.add("counter", "granikv_dispatch_steps", "Steps the dispatcher planned.", labels,
-          d.get("steps", 0))
-    for backend, n in d.get("groups", {}).items():
+          d["steps"])
+    for backend, n in d["groups"].items():
         f.add("counter", "granikv_dispatch_groups", "HOT groups by chosen backend.", labels, n,
               {"backend": backend})
-    for backend, n in d.get("rows", {}).items():
+    for backend, n in d["rows"].items():
         f.add("counter", "granikv_dispatch_rows", "Rows by chosen backend.", labels, n,
               {"backend": backend})
-    for regime, n in d.get("regimes", {}).items():
+    for regime, n in d["regimes"].items():
         f.add("counter", "granikv_dispatch_regimes", "HOT groups by regime.", labels, n,
               {"regime": regime})
-    for source, n in d.get("sources", {}).items():
+    for source, n in d["sources"].items():
         f.add("counter", "granikv_dispatch_sources", "Choices by source of the decision.",
               labels, n, {"source": source})
-    steps, graphs, cascade = (d.get(k, 0) for k in ("steps", "graph_steps",
-                                                     "graph_cascade_steps"))
+    steps, graphs, cascade = d["steps"], d["graph_steps"], d["graph_cascade_steps"]
     for mode, n in (("full_cascade", cascade), ("full_paged", graphs - cascade),
                     ("piecewise", steps - graphs)):
         f.add("counter", "granikv_dispatch_graph_steps",
