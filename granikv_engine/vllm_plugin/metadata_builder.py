@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from vllm.config import VllmConfig
+from vllm.logger import init_logger
 from vllm.v1.attention.backend import (
     AttentionCGSupport,
     AttentionMetadata,
@@ -29,6 +30,8 @@ from granikv_engine.step_plan import HotGroup, KernelPlan, PinnedStager, StepPla
 from granikv_engine.vllm_plugin.attn_ops import ops_for
 from granikv_engine.vllm_plugin.dispatch_table import attn_shape, dispatch_table
 from granikv_engine.vllm_plugin.enable import granikv_config
+
+logger = init_logger(__name__)
 
 
 @dataclass
@@ -85,7 +88,7 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         # The model runner's host copy of the block table (bound after KV-cache init,
         # see bind_host_block_tables); without it each step copies the device table.
         self.host_block_table: Callable[[], torch.Tensor] | None = None
-        self._searched_runner = False
+        self._warned_unbound = False
         # FULL graphs (see the class docstring)
         self._graph_step: bool | None = None  # prepare_step's answer for the next build
         self._prepared: Prepared | None = None  # prepare_step's analysis, for build
@@ -252,11 +255,12 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
     def _host_inputs(self, cam: CommonAttentionMetadata
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         seq = cam._seq_lens_cpu if cam._seq_lens_cpu is not None else cam.seq_lens_cpu_upper_bound
-        if self.host_block_table is None and not self._searched_runner:
-            self._searched_runner = True
-            from granikv_engine.vllm_plugin.host_table import bind_from_caller
-
-            bind_from_caller(self)
+        if self.host_block_table is None and not self._warned_unbound:
+            self._warned_unbound = True
+            logger.error("GraniKV: this attention builder has no host block table: the "
+                         "model-runner hook did not run (see the plugin's start-up "
+                         "warning). Every step copies the device block table and runs "
+                         "eagerly.")
         if self.host_block_table is None or seq is None:
             return None
         b = cam.num_reqs

