@@ -31,7 +31,7 @@ class GraniKVConfig:
     cascade_graph_groups: int = 16
     dispatch_margin: float = 0.05
     # the engine core's allocation for running requests takes the direct path of
-    # vllm_plugin/fast_alloc.py (False: vLLM's generic allocate_slots every time)
+    # vllm_plugin/core/fast_alloc.py (False: vLLM's generic allocate_slots every time)
     fast_alloc: bool = True
     prompt_match: bool = True  # bind prompts that start with a prefix of their team
     default_team: str = "default"

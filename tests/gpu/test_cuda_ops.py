@@ -10,8 +10,8 @@ import torch
 
 from granikv_engine.dispatcher import Backend
 from granikv_engine.step_plan import StepPlan
-from granikv_engine.vllm_plugin.attn_ops import TorchOps
-from granikv_engine.vllm_plugin.kernels.calibrate import capture_graph
+from granikv_engine.vllm_plugin.worker.attn_ops import TorchOps
+from granikv_engine.vllm_plugin.worker.kernels.calibrate import capture_graph
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -76,7 +76,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("backend", [Backend.CASCADE, Backend.PAGED])
 def test_cuda_ops_match_reference(heads: tuple[int, int], case: str, backend: Backend) -> None:
-    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+    from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
 
     h, hkv = heads
     prefixes, rows = CASES[case]
@@ -98,7 +98,7 @@ def test_cuda_ops_match_reference(heads: tuple[int, int], case: str, backend: Ba
 
 
 def test_write_kv_matches_reference() -> None:
-    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+    from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
 
     kv = torch.randn(300, 1, 8, 256, dtype=torch.bfloat16, device="cuda")
     ref = kv.clone()
@@ -135,7 +135,7 @@ def test_paged_plan_replays_in_a_full_cuda_graph() -> None:
     builder keeps them), then replayed after each step rewrote those buffers with other
     lengths and other slots. Every replay must match the reference."""
     from granikv_engine.step_plan import KernelPlan
-    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+    from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
 
     ops, dev, bf16 = CudaOps(), torch.device("cuda"), torch.bfloat16
     b, h, hkv, d, width, slots = 16, 32, 8, 128, 4096, 80_000
@@ -187,7 +187,7 @@ def test_cascade_plan_replays_in_a_full_cuda_graph() -> None:
     from granikv_engine.attention.reference import full_attention
     from granikv_engine.graph_plan import GraphBuffers, GraphLimits
     from granikv_engine.step_plan import KernelPlan
-    from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+    from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
 
     ops, dev, bf16 = CudaOps(), torch.device("cuda"), torch.bfloat16
     n, h, hkv, d, width, slots, splits = 64, 32, 8, 128, 20_000, 120_000, 32

@@ -38,7 +38,7 @@ def _engine(tmp: Path, granikv: bool) -> Any:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     from vllm import LLM
 
-    from granikv_engine.vllm_plugin.worker_ext import EXTENSION
+    from granikv_engine.vllm_plugin.worker.worker_ext import EXTENSION
 
     kw: dict[str, Any] = dict(
         model=MODEL, load_format="dummy", skip_tokenizer_init=True, max_model_len=3072,

@@ -39,7 +39,7 @@ def _calibration(tmp: Path) -> str:
 def _start(**kw: Any) -> Any:
     from vllm import LLM
 
-    from granikv_engine.vllm_plugin.worker_ext import EXTENSION
+    from granikv_engine.vllm_plugin.worker.worker_ext import EXTENSION
 
     llm = LLM(**{**COMMON, "worker_extension_cls": EXTENSION, **kw})
     llm.collective_rpc("granikv_reinit_weights")

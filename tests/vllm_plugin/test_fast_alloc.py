@@ -22,8 +22,8 @@ from vllm.v1.request import Request, RequestStatus
 
 from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import PrefixRegistry
-from granikv_engine.vllm_plugin import kv_manager as kvm
-from granikv_engine.vllm_plugin.fast_alloc import STOCK
+from granikv_engine.vllm_plugin.core import kv_manager as kvm
+from granikv_engine.vllm_plugin.core.fast_alloc import STOCK
 
 MAX_LEN = 160
 

@@ -16,8 +16,8 @@ from granikv_engine.config import GraniKVConfig
 from granikv_engine.dispatcher import AttnShape, Backend, Dispatcher
 from granikv_engine.stats import DispatchCounters
 from granikv_engine.step_plan import PinnedStager
-from granikv_engine.vllm_plugin import cuda_graphs
-from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder
+from granikv_engine.vllm_plugin.worker import cuda_graphs
+from granikv_engine.vllm_plugin.worker.metadata_builder import GraniKVMetadataBuilder
 
 ARENA = (1, 1001)
 

@@ -29,8 +29,8 @@ def test_a_changed_internal_is_reported(monkeypatch: pytest.MonkeyPatch) -> None
 def test_another_vllm_version_is_refused() -> None:
     patches.check_version("0.26.0")
     patches.check_version("0.26.0+cpu")
-    with pytest.raises(patches.UnsupportedVllmVersion, match="needs vLLM 0.26.0; this is "
-                       "vLLM 0.27.1.*install vllm==0.26.0"):
+    with pytest.raises(patches.UnsupportedVllmVersion, match=r"needs vLLM 0\.26\.0; this is "
+                       r"vLLM 0\.27\.1.*install vllm==0\.26\.0"):
         patches.check_version("0.27.1")
     patches.check_version()  # the installed one
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.vllm
 def tp_engines() -> Iterator[tuple[Any, Any]]:
     from vllm import LLM
 
-    from granikv_engine.vllm_plugin.worker_ext import EXTENSION
+    from granikv_engine.vllm_plugin.worker.worker_ext import EXTENSION
 
     old = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # one core per rank

@@ -68,7 +68,7 @@ def test_seeded_hashes_equal_stock_hashes() -> None:
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.request import Request
 
-    from granikv_engine.vllm_plugin.hasher import Seed, SeededBlockHasher, SeedTable
+    from granikv_engine.vllm_plugin.core.hasher import Seed, SeededBlockHasher, SeedTable
 
     init_none_hash(sha256)
     stock = get_request_block_hasher(1, sha256)
@@ -97,8 +97,8 @@ def test_the_runner_hook_gives_builders_their_host_block_table() -> None:
 
     import torch
 
-    from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder
-    from granikv_engine.vllm_plugin.runner_binding import bind_host_block_tables
+    from granikv_engine.vllm_plugin.worker.metadata_builder import GraniKVMetadataBuilder
+    from granikv_engine.vllm_plugin.worker.runner_binding import bind_host_block_tables
 
     ours = [object.__new__(GraniKVMetadataBuilder) for _ in range(2)]
     stranger = object.__new__(GraniKVMetadataBuilder)
@@ -107,11 +107,12 @@ def test_the_runner_hook_gives_builders_their_host_block_table() -> None:
     tables = [torch.arange(12, dtype=torch.int32).view(3, 4) + 100 * g for g in range(2)]
     other = SimpleNamespace(host_block_table=None)  # another backend's builder
 
-    class Runner:  # what the hook reads of vLLM's model runner
-        attn_groups = [[SimpleNamespace(metadata_builders=[ours[0], other])],
-                       [SimpleNamespace(metadata_builders=[ours[1]])]]
-        input_batch = SimpleNamespace(block_table=SimpleNamespace(block_tables=[
-            SimpleNamespace(get_cpu_tensor=lambda t=t: t) for t in tables]))
+    class Runner:  # what the hook reads of vLLM's model runner (weakly referenced)
+        def __init__(self) -> None:
+            self.attn_groups = [[SimpleNamespace(metadata_builders=[ours[0], other])],
+                                [SimpleNamespace(metadata_builders=[ours[1]])]]
+            self.input_batch = SimpleNamespace(block_table=SimpleNamespace(block_tables=[
+                SimpleNamespace(get_cpu_tensor=lambda t=t: t) for t in tables]))
 
     runner = Runner()
     assert bind_host_block_tables(runner) == 2
@@ -132,8 +133,8 @@ def test_dispatch_table_comes_from_rank_0_only(tmp_path: Any, monkeypatch: pytes
 
     from granikv_engine.config import GraniKVConfig
     from granikv_engine.dispatcher import CalibrationPoint, CalibrationTable
-    from granikv_engine.vllm_plugin import dispatch_table as tables
-    from granikv_engine.vllm_plugin.kernels import calibrate
+    from granikv_engine.vllm_plugin.worker import dispatch_table as tables
+    from granikv_engine.vllm_plugin.worker.kernels import calibrate
 
     on_disk = CalibrationTable((CalibrationPoint(8, 1024, 1, 10.0, 20.0),), {"src": "file"})
     path = tmp_path / "cal.json"

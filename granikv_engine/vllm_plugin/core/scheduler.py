@@ -18,14 +18,14 @@ from vllm.v1.request import Request, RequestStatus
 
 from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import PrefixError, PrefixRegistry, PrefixState
-from granikv_engine.vllm_plugin.binding import Binding, decide
-from granikv_engine.vllm_plugin.control import Control
+from granikv_engine.vllm_plugin.core.binding import Binding, decide
+from granikv_engine.vllm_plugin.core.control import Control
+from granikv_engine.vllm_plugin.core.engine_hooks import offer_scheduler
+from granikv_engine.vllm_plugin.core.hasher import Seed, SeededBlockHasher, SeedTable
+from granikv_engine.vllm_plugin.core.kv_manager import GraniKVCacheManager, Intent, reserve_arena
+from granikv_engine.vllm_plugin.core.step_stats import StepStats
 from granikv_engine.vllm_plugin.enable import granikv_config
-from granikv_engine.vllm_plugin.engine_hooks import offer_scheduler
-from granikv_engine.vllm_plugin.hasher import Seed, SeededBlockHasher, SeedTable
-from granikv_engine.vllm_plugin.kv_manager import GraniKVCacheManager, Intent, reserve_arena
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
-from granikv_engine.vllm_plugin.step_stats import StepStats
 
 logger = init_logger(__name__)
 

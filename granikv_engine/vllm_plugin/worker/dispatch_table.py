@@ -37,7 +37,7 @@ def dispatch_table(vllm_config: VllmConfig, spec: Any, device: torch.device,
     rank 0 had just written would skip the broadcast rank 0 waits in.) Once per
     process and shape; every rank builds its builders at the same point, so every rank
     takes part in the broadcast."""
-    from granikv_engine.vllm_plugin.kernels.calibrate import broadcast, calibrate
+    from granikv_engine.vllm_plugin.worker.kernels.calibrate import broadcast, calibrate
 
     heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
     key = (heads, spec.num_kv_heads, spec.head_size, spec.dtype, cfg.calibration_path,
@@ -48,7 +48,7 @@ def dispatch_table(vllm_config: VllmConfig, spec: Any, device: torch.device,
     if _tp_rank() == 0:
         table = _load_table(cfg)
         if table is None and device.type == "cuda" and cfg.calibrate and cfg.backend == "auto":
-            from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+            from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
 
             table = calibrate(CudaOps(), heads, spec.num_kv_heads, spec.head_size,
                               spec.dtype, device)

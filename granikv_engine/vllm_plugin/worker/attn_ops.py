@@ -60,7 +60,7 @@ class TorchOps:
 
 def ops_for(device: torch.device) -> AttentionOps:
     if device.type == "cuda":
-        from granikv_engine.vllm_plugin.kernels.cuda_ops import CudaOps
+        from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
 
         return CudaOps()
     return TorchOps()

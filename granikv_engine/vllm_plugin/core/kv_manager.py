@@ -28,7 +28,7 @@ from vllm.v1.request import Request
 
 from granikv_engine.hot_pool import SlotRange
 from granikv_engine.prefix_registry import PrefixRegistry, PrefixState
-from granikv_engine.vllm_plugin.fast_alloc import STOCK, allocate_running, plain_manager
+from granikv_engine.vllm_plugin.core.fast_alloc import STOCK, allocate_running, plain_manager
 
 logger = init_logger(__name__)
 

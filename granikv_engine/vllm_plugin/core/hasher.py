@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from granikv_engine.prefix_registry import PrefixError
-from granikv_engine.vllm_plugin.binding import decide, starts_with
+from granikv_engine.vllm_plugin.core.binding import decide, starts_with
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
 
 Hasher = Callable[[Any], list[Any]]

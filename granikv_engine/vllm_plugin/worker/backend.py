@@ -20,8 +20,11 @@ from vllm.v1.attention.backend import (
     AttentionType,
 )
 
-from granikv_engine.vllm_plugin.attn_ops import ops_for
-from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadata, GraniKVMetadataBuilder
+from granikv_engine.vllm_plugin.worker.attn_ops import ops_for
+from granikv_engine.vllm_plugin.worker.metadata_builder import (
+    GraniKVMetadata,
+    GraniKVMetadataBuilder,
+)
 
 
 class GraniKVAttentionBackend(AttentionBackend):

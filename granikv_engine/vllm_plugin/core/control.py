@@ -14,7 +14,7 @@ from typing import Any
 from granikv_engine.hot_pool import HotPoolStats
 from granikv_engine.prefix_registry import PrefixError, PrefixRecord, PrefixState
 from granikv_engine.stats import EngineStats, HotStats, PrefixRecordView
-from granikv_engine.vllm_plugin.step_stats import StepStats
+from granikv_engine.vllm_plugin.core.step_stats import StepStats
 
 
 def record_dict(rec: PrefixRecord) -> PrefixRecordView:
@@ -91,33 +91,3 @@ class Control:
         in use equal the running requests' COLD tokens (costs O(running) a step)."""
         self.s.step_stats = StepStats(track)
         return {"ok": True}
-
-
-def granikv_builders(worker: Any) -> list[Any]:
-    """The GraniKV metadata builders of a worker's model runner."""
-    from granikv_engine.vllm_plugin.runner_binding import runner_builders
-
-    return [b for _, b in runner_builders(getattr(worker, "model_runner", None))]
-
-
-def worker_dispatch_stats(worker: Any) -> dict[str, Any]:
-    """Runs on each worker (via collective_rpc): the dispatcher counters of its GraniKV
-    metadata builders, summed."""
-    total: dict[str, Any] = {}
-    runner = getattr(worker, "model_runner", None)
-    hooked = set(map(id, getattr(runner, "_granikv_graph_builders", None) or []))
-    for b in granikv_builders(worker):
-        _merge(total, b.counters.snapshot())
-        _merge(total, {"host_block_table": int(b.host_block_table is not None),
-                       "full_graph_hook": int(id(b) in hooked)})
-    return total
-
-
-def _merge(into: dict[str, Any], snap: dict[str, Any]) -> None:
-    for k, v in snap.items():
-        if isinstance(v, dict):
-            d = into.setdefault(k, {})
-            for kk, vv in v.items():
-                d[kk] = d.get(kk, 0) + vv
-        else:
-            into[k] = into.get(k, 0) + v

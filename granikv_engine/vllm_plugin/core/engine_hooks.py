@@ -14,7 +14,7 @@ import functools
 import weakref
 from typing import Any
 
-from granikv_engine.vllm_plugin.control import error_dict
+from granikv_engine.vllm_plugin.core.control import error_dict
 
 
 class _Handoff:

@@ -27,9 +27,9 @@ from granikv_engine.dispatcher import Backend, Choice, Dispatcher
 from granikv_engine.graph_plan import GraphBuffers, GraphLimits
 from granikv_engine.stats import DispatchCounters
 from granikv_engine.step_plan import HotGroup, KernelPlan, PinnedStager, StepPlan, group_rows
-from granikv_engine.vllm_plugin.attn_ops import ops_for
-from granikv_engine.vllm_plugin.dispatch_table import attn_shape, dispatch_table
 from granikv_engine.vllm_plugin.enable import granikv_config
+from granikv_engine.vllm_plugin.worker.attn_ops import ops_for
+from granikv_engine.vllm_plugin.worker.dispatch_table import attn_shape, dispatch_table
 
 logger = init_logger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from granikv_engine.vllm_plugin.host_table import host_table
-from granikv_engine.vllm_plugin.metadata_builder import GraniKVMetadataBuilder
+from granikv_engine.vllm_plugin.worker.host_table import host_table
+from granikv_engine.vllm_plugin.worker.metadata_builder import GraniKVMetadataBuilder
 
 
 def runner_builders(runner: Any) -> list[tuple[int, GraniKVMetadataBuilder]]:

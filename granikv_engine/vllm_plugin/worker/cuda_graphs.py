@@ -68,7 +68,7 @@ def eager_prefix_lens(runner: Any, builders: list[Any], num_scheduled: np.ndarra
 def enable(runner: Any) -> int:
     """After KV-cache init (graph mode resolved): take the hook over on this runner when
     it has GraniKV builders and FULL graphs. Returns the number of builders."""
-    from granikv_engine.vllm_plugin.runner_binding import runner_builders
+    from granikv_engine.vllm_plugin.worker.runner_binding import runner_builders
 
     builders = [b for _, b in runner_builders(runner) if b.cfg.full_cudagraphs]
     mode = getattr(getattr(runner, "compilation_config", None), "cudagraph_mode", None)
