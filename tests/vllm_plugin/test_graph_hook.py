@@ -17,7 +17,11 @@ from granikv_engine.dispatcher import AttnShape, Backend, Dispatcher
 from granikv_engine.stats import DispatchCounters
 from granikv_engine.step_plan import PinnedStager
 from granikv_engine.vllm_plugin.worker import cuda_graphs
-from granikv_engine.vllm_plugin.worker.metadata_builder import GraniKVMetadataBuilder
+from granikv_engine.vllm_plugin.worker.metadata_builder import (
+    GraniKVMetadataBuilder,
+    StepAnalysis,
+    StepMode,
+)
 
 ARENA = (1, 1001)
 
@@ -33,8 +37,7 @@ def _builder(table: torch.Tensor | None, force: Backend | None, graphs: bool = T
     b.stage = PinnedStager(torch.device("cpu"), 256)
     b.host_block_table = None if table is None else (lambda: table)
     b._warned_unbound = True
-    b._graph_step = None
-    b._prepared = None
+    b._step = None
     b._ops = None
     b._sched_buf = None
     b._graph_bufs = None
@@ -72,7 +75,8 @@ def test_the_step_goes_eager_exactly_when_a_group_runs_the_cascade(force: Backen
     runner = SimpleNamespace(attn_groups=[[object(), object()]])
     got = cuda_graphs.eager_prefix_lens(runner, [b], *_decode(8, 64, 10))
     assert got == ([[0, 0]] if eager else None)
-    assert b._graph_step is (not eager)
+    assert b._step is not None
+    assert b._step.mode is (StepMode.PIECEWISE if eager else StepMode.FULL)
 
 
 def test_rows_without_a_hot_run_never_keep_a_step_out_of_full_graphs() -> None:
@@ -88,12 +92,14 @@ def test_one_builder_wanting_the_cascade_makes_every_builder_eager() -> None:
     got = cuda_graphs.eager_prefix_lens(SimpleNamespace(attn_groups=[[1], [2]]),
                                         [paged, cascade], *_decode(8, 64, 10))
     assert got == [[0], [0]]
-    assert paged._graph_step is False and cascade._graph_step is False
+    assert paged._step is not None and cascade._step is not None
+    assert paged._step.mode is cascade._step.mode is StepMode.PIECEWISE
+    assert paged._step.host is not None  # its analysis stays, for build
 
 
 def test_without_the_host_block_table_the_step_stays_eager() -> None:
     b = _builder(None, Backend.PAGED)
-    assert b.prepare_step(*_decode(2, 64, 10)) is True and b._graph_step is False
+    assert b.analyse_step(*_decode(2, 64, 10)) == StepAnalysis(StepMode.PIECEWISE)
 
 
 def _cam(table: torch.Tensor, rows: int, hot: int, own: int) -> Any:
@@ -112,12 +118,12 @@ def test_a_step_cleared_for_full_graphs_is_lowered_to_the_paged_kernel_only() ->
     must not lower a cascade the replayed graph would never run."""
     t = _table(8, 64, 10)
     b = _builder(t, Backend.CASCADE)
-    b.set_graph_step(True)
+    b._step = StepAnalysis(StepMode.FULL)
     meta = b.build(0, _cam(t, 8, 64, 10))
     assert meta.plan.cascade_dev is None and meta.plan.cascade == ()
     assert [c.backend for c in meta.choices] == [Backend.PAGED]
     assert meta.choices[0].source == "graph" and b.counters.graph_steps == 1
-    b.set_graph_step(False)  # the hook made the step eager: the cascade runs
+    b.run_piecewise()  # the hook made the step eager: the cascade runs
     meta = b.build(0, _cam(t, 8, 64, 10))
     assert meta.plan.cascade_dev is not None
     assert [c.backend for c in meta.choices] == [Backend.CASCADE]
@@ -158,7 +164,7 @@ def test_the_hook_is_taken_over_only_with_graniKV_builders_and_full_graphs() -> 
 
 def test_build_reuses_the_hooks_analysis_of_the_same_step(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    """prepare_step and build analyse one step each; build takes prepare_step's result
+    """analyse_step and build analyse one step each; build takes analyse_step's result
     when its host inputs are the same, and analyses again when they are not."""
     from granikv_engine import step_plan
 
@@ -167,11 +173,12 @@ def test_build_reuses_the_hooks_analysis_of_the_same_step(monkeypatch: pytest.Mo
     monkeypatch.setattr(step_plan, "group_rows", lambda *a: calls.append(1) or real(*a))
     t = _table(8, 64, 10)
     b = _builder(t, Backend.CASCADE, graphs=False)
-    assert b.prepare_step(*_decode(8, 64, 10)) is True
+    step = b.analyse_step(*_decode(8, 64, 10))
+    assert step is not None and step.mode is StepMode.PIECEWISE
     meta = b.build(0, _cam(t, 8, 64, 10))
     assert calls == [] and meta.plan.cascade_dev is not None
-    b.prepare_step(*_decode(8, 64, 10))
-    other = _cam(t, 8, 64, 9)  # one token fewer: not the step prepare_step saw
+    b.analyse_step(*_decode(8, 64, 10))
+    other = _cam(t, 8, 64, 9)  # one token fewer: not the step analyse_step saw
     meta = b.build(0, other)
     assert calls == [1] and meta.plan.cascade_dev is not None
     b.build(0, _cam(t, 8, 64, 10))  # nothing prepared: analysed again
@@ -196,7 +203,8 @@ def test_a_decode_step_keeps_its_cascade_in_a_full_graph_of_at_least_16_rows(
     b = _builder(_table(rows, 64, 10), Backend.CASCADE)
     got = cuda_graphs.eager_prefix_lens(SimpleNamespace(attn_groups=[[1]]), [b],
                                         *_decode(rows, 64, 10))
-    assert (got is None) is graph and b._graph_step is graph
+    assert (got is None) is graph and b._step is not None
+    assert b._step.mode is (StepMode.FULL_CASCADE if graph else StepMode.PIECEWISE)
 
 
 def test_steps_the_graph_form_cannot_carry_stay_eager() -> None:
@@ -236,7 +244,8 @@ def test_a_padded_graph_step_is_built_in_the_graph_form_from_the_hooks_analysis(
     t = _table(16, 64, 10)
     t[12:] = 7  # stale host rows past the real ones: no keys, so never a HOT run
     b = _builder(t, Backend.CASCADE)
-    assert b.prepare_step(*_decode(12, 64, 10)) is False and b._graph_step is True
+    step = b.analyse_step(*_decode(12, 64, 10))
+    assert step is not None and step.mode is StepMode.FULL_CASCADE
     meta = b.build(0, _padded_cam(t, 12, 4, 64, 10))
     assert calls == []  # the hook's analysis of the 12 rows, extended by 4 padded ones
     d = meta.plan.cascade_dev
@@ -252,7 +261,7 @@ def test_cascade_groups_past_the_graphs_limit_run_the_paged_kernel() -> None:
     runner then handed it does not: the groups past the limit run the paged kernel."""
     t = _teams(32, [64, 48, 32], 10)
     b = _builder(t, Backend.CASCADE, cascade_graph_groups=2)
-    b.set_graph_step(True)
+    b._step = StepAnalysis(StepMode.FULL_CASCADE)
     seq = (t > 0).sum(1).to(torch.int32)
     qsl = torch.arange(33, dtype=torch.int32)
     cam = SimpleNamespace(num_reqs=32, num_actual_tokens=32, query_start_loc=qsl,

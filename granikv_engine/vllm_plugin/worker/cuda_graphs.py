@@ -5,15 +5,15 @@ cascade attention is on for that step: ``_compute_cascade_attn_prefix_lens`` ret
 prefix lengths instead of None, and the runner then dispatches the step to PIECEWISE
 graphs. GraniKV turns vLLM's cascade off (``enable.py``) and takes that hook over on
 runners with GraniKV builders and FULL graphs: before the runner picks the step's graph
-mode, every GraniKV builder analyses the step on the host (``prepare_step``: the same
-grouping and dispatcher as its ``build``).
+mode, every GraniKV builder analyses the step on the host (``analyse_step``: the same
+grouping and dispatcher as its ``build``; one ``StepAnalysis`` with the step's mode).
 - No group goes to the cascade: None; a uniform decode step may replay a FULL graph.
 - Some group does, and the step is a decode step whose graph (the capture size the
   runner pads it to) has at least ``cascade_graph_min_rows`` rows, with at most
   ``cascade_graph_groups`` cascade groups: None as well. Graphs of that size were
   captured in the graph form (``graph_plan.py``), which carries the cascade.
-- Otherwise: prefix lengths of 0 for every builder; the step runs PIECEWISE and its
-  attention eagerly.
+- Otherwise (a builder's mode is PIECEWISE): prefix lengths of 0, and every builder
+  runs the step PIECEWISE (``run_piecewise``), its attention eagerly.
 When a step may replay a FULL graph, the builders lower it so that the graph is right
 for it: the graph form for large graphs, the paged kernel only (correct for any step:
 it reads every slot, HOT ones included, through the block table) for small ones.
@@ -28,6 +28,8 @@ import functools
 from typing import Any
 
 import numpy as np
+
+from granikv_engine.vllm_plugin.worker.metadata_builder import StepMode
 
 
 def install(runner_cls: Any) -> None:
@@ -55,13 +57,11 @@ def eager_prefix_lens(runner: Any, builders: list[Any], num_scheduled: np.ndarra
                       num_computed: np.ndarray) -> list[list[int]] | None:
     """The hook's answer: None (FULL graphs allowed) or all-zero prefix lengths (the
     step runs PIECEWISE). Every builder is asked, then all get the step's one answer."""
-    cascade = False
-    for b in builders:
-        cascade |= b.prepare_step(num_scheduled, num_computed)
-    if not cascade:
+    steps = [b.analyse_step(num_scheduled, num_computed) for b in builders]
+    if not any(s is not None and s.mode is StepMode.PIECEWISE for s in steps):
         return None
     for b in builders:
-        b.set_graph_step(False)
+        b.run_piecewise()
     return [[0] * len(groups) for groups in runner.attn_groups]
 
 

@@ -9,6 +9,7 @@ import bisect
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -53,9 +54,10 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
     plan (``graph_plan.py``): up to ``cascade_graph_groups`` cascade groups, the rest
     padding, in fixed buffers, with ahead-of-time schedules for both passes. Steps that
     fit neither (prefill rows, more cascade groups, small batches with a cascade group)
-    run PIECEWISE, attention eager. The model runner hook (``cuda_graphs.py``) asks
-    ``prepare_step`` before the runner picks the step's graph mode; ``build`` then
-    honours that answer.
+    run PIECEWISE, attention eager. The model runner hook (``cuda_graphs.py``) has each
+    builder analyse the step (``analyse_step``: one ``StepAnalysis``, its mode and host
+    analysis) before the runner picks the step's graph mode; ``build`` takes that value
+    and honours its mode.
     """
 
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
@@ -89,9 +91,9 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         # see bind_host_block_tables); without it each step copies the device table.
         self.host_block_table: Callable[[], torch.Tensor] | None = None
         self._warned_unbound = False
-        # FULL graphs (see the class docstring)
-        self._graph_step: bool | None = None  # prepare_step's answer for the next build
-        self._prepared: Prepared | None = None  # prepare_step's analysis, for build
+        # FULL graphs (see the class docstring): the hook's analysis of the next step,
+        # taken by its build (None: no analysis, e.g. a dummy run)
+        self._step: StepAnalysis | None = None
         self._ops: Any = None
         self._sched_buf: torch.Tensor | None = None
         self._graph_bufs: GraphBuffers | None = None  # graph-form plans (cascade graphs)
@@ -105,12 +107,13 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
               fast_build: bool = False) -> GraniKVMetadata:
         cam = common_attn_metadata
         b = cam.num_reqs
-        graph_step, self._graph_step = self._graph_step, None
-        prepared, self._prepared = self._prepared, None
-        if graph_step is None:  # no prepare_step this step (a dummy run): be safe
+        step, self._step = self._step, None
+        if step is None:  # nobody analysed this step (a dummy run): be safe
             graph_step = self._graphs_on(cam.num_actual_tokens)
+        else:
+            graph_step = step.mode is not StepMode.PIECEWISE
         host = self._host_inputs(cam)
-        same = _same_step(prepared, host)
+        same = _same_step(step.host if step is not None else None, host)
         plan = StepPlan.build(cam.query_start_loc[: b + 1], cam.seq_lens[:b],
                               cam.block_table_tensor[:b], self.arena, self.cfg.min_hot_len,
                               host=host, analysed=same[:2] if same else None)
@@ -139,39 +142,44 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
 
     def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata
                                     ) -> GraniKVMetadata:
-        self._graph_step = True
+        self._step = StepAnalysis(StepMode.FULL)
         return self.build(0, common_attn_metadata)
 
-    def prepare_step(self, num_scheduled: np.ndarray, num_computed: np.ndarray) -> bool:
-        """Before the runner picks this step's graph mode: True when some group will run
-        the cascade (the step must not replay a FULL graph). The same host analysis and
-        dispatcher as ``build``; without the host block table, True (stay PIECEWISE)."""
+    def analyse_step(self, num_scheduled: np.ndarray,
+                     num_computed: np.ndarray) -> StepAnalysis | None:
+        """Before the runner picks this step's graph mode: the step's ``StepAnalysis``,
+        kept for its ``build``. PIECEWISE when some group will run the cascade and the
+        graph form cannot carry it, or without the host block table; None for a step
+        without rows. The same host analysis and dispatcher as ``build``."""
         table = self.host_block_table
         b = num_scheduled.shape[0]
-        self._prepared = None
         if table is None:
-            self._graph_step = False
-            return True
-        if b == 0:
-            self._graph_step = None
-            return False
-        qsl = np.zeros(b + 1, dtype=np.int64)
-        np.cumsum(num_scheduled, out=qsl[1:])
-        seqs = num_computed.astype(np.int64) + num_scheduled
-        hot, groups = group_rows(qsl, seqs, table()[:b].numpy(), self.arena,
-                                 self.cfg.min_hot_len)
-        choices = tuple(self.dispatcher.choose_all(g.stats() for g in groups))
-        self._prepared = (qsl, seqs, hot, groups, choices)  # build reuses it if it agrees
-        cascade = sum(c.backend is Backend.CASCADE for c in choices)
-        eager = cascade > 0 and not (  # the graph form carries a decode step's cascade
-            self._cascade_graph_rows(self._graph_size(b))
-            and cascade <= self.cfg.cascade_graph_groups
-            and bool((num_scheduled == 1).all()))
-        self._graph_step = not eager
-        return eager
+            self._step = StepAnalysis(StepMode.PIECEWISE)
+        elif b == 0:
+            self._step = None
+        else:
+            qsl = np.zeros(b + 1, dtype=np.int64)
+            np.cumsum(num_scheduled, out=qsl[1:])
+            seqs = num_computed.astype(np.int64) + num_scheduled
+            hot, groups = group_rows(qsl, seqs, table()[:b].numpy(), self.arena,
+                                     self.cfg.min_hot_len)
+            choices = tuple(self.dispatcher.choose_all(g.stats() for g in groups))
+            cascade = sum(c.backend is Backend.CASCADE for c in choices)
+            carried = (  # the graph form carries a decode step's cascade groups
+                self._cascade_graph_rows(self._graph_size(b))
+                and cascade <= self.cfg.cascade_graph_groups
+                and bool((num_scheduled == 1).all()))
+            mode = (StepMode.FULL if cascade == 0 else
+                    StepMode.FULL_CASCADE if carried else StepMode.PIECEWISE)
+            self._step = StepAnalysis(mode, (qsl, seqs, hot, groups, choices))
+        return self._step
 
-    def set_graph_step(self, flag: bool | None) -> None:
-        self._graph_step = flag
+    def run_piecewise(self) -> None:
+        """The runner runs this step PIECEWISE (another builder's step needs it): the
+        analysis stays, for ``build`` to reuse."""
+        step = self._step
+        self._step = (StepAnalysis(StepMode.PIECEWISE) if step is None
+                      else replace(step, mode=StepMode.PIECEWISE))
 
     def _graphs_on(self, num_tokens: int) -> bool:
         cc = self.vllm_config.compilation_config
@@ -272,12 +280,31 @@ Analysis = tuple[np.ndarray, tuple[HotGroup, ...], tuple[Choice, ...]]
 Prepared = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[HotGroup, ...], tuple[Choice, ...]]
 
 
+class StepMode(Enum):
+    """How the runner may run a step's attention."""
+
+    FULL = "full"  # a FULL graph may replay it: the paged kernel only
+    FULL_CASCADE = "full-with-cascade"  # a FULL graph in the graph form (cascade groups)
+    PIECEWISE = "piecewise"  # attention eager
+
+
+@dataclass(frozen=True)
+class StepAnalysis:
+    """One step as the model-runner hook analysed it, before the runner picked its
+    graph mode: the mode, and the host analysis (query starts, sequence lengths, HOT
+    lengths, groups, choices; None without the host block table) that ``build`` reuses
+    when it is handed the same step."""
+
+    mode: StepMode
+    host: Prepared | None = None
+
+
 def _same_step(prepared: Prepared | None,
                host: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
                ) -> Analysis | None:
-    """prepare_step's (hot lengths, groups, choices) when ``build`` sees the same step:
+    """analyse_step's (hot lengths, groups, choices) when ``build`` sees the same step:
     the same query starts and sequence lengths (the runner's optimistic lengths are
-    computed and scheduled tokens, as prepare_step adds them) over the same host block
+    computed and scheduled tokens, as analyse_step adds them) over the same host block
     table."""
     if prepared is None or host is None:
         return None
