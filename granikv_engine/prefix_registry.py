@@ -178,7 +178,7 @@ class PrefixRegistry:
                 best = rec
         return best
 
-    def list(self, team: str | None = None) -> list[PrefixRecord]:
+    def records(self, team: str | None = None) -> list[PrefixRecord]:
         return [r for r in self._records.values()
                 if not r.doomed and (team is None or r.team == team)]
 

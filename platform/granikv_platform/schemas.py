@@ -32,7 +32,7 @@ class PrefixCreate(BaseModel):
         return self
 
 
-class PrefixRecord(BaseModel):
+class PrefixView(BaseModel):
     prefix_id: str
     team: str
     kind: Literal["prefix", "context", "variant"] = "prefix"
@@ -46,7 +46,7 @@ class PrefixRecord(BaseModel):
 
 class PrefixList(BaseModel):
     object: Literal["list"] = "list"
-    data: list[PrefixRecord]
+    data: list[PrefixView]
 
 
 class TeamContextIn(BaseModel):
@@ -57,13 +57,13 @@ class TeamContextIn(BaseModel):
                       "system message first in every team chat, pinned as a HOT prefix.")
 
 
-class TeamContext(PrefixRecord):
+class TeamContext(PrefixView):
     text: str
 
 
 def record_view(spec: Any, rec: dict[str, Any]) -> dict[str, Any]:
     """The API view of a registry spec and the engine's record of it."""
-    return PrefixRecord(
+    return PrefixView(
         prefix_id=spec.prefix_id, team=spec.team, kind=spec.kind, length=spec.length,
         state=rec.get("state", "cold"), hot_start=rec.get("hot_start"),
         pinned=bool(rec.get("pinned", spec.pin)), hits=int(rec.get("hits", 0)),

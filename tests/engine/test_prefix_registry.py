@@ -51,7 +51,7 @@ def test_team_scoping() -> None:
     assert reg.match("blue", [1, 2, 3, 4]) is None
     with pytest.raises(PrefixAccessDenied):
         reg.unregister("r", "blue")
-    assert [r.prefix_id for r in reg.list("blue")] == []
+    assert [r.prefix_id for r in reg.records("blue")] == []
 
 
 def test_match_is_longest_and_token_exact() -> None:
@@ -77,7 +77,7 @@ def test_unregister_defers_while_in_use() -> None:
         reg.get("p", "t")  # gone for new users at once
     assert reg.pool.stats().used == 10  # but the slots stay until the reader is done
     reg.release("p")
-    assert reg.pool.stats().used == 0 and reg.list() == []
+    assert reg.pool.stats().used == 0 and reg.records() == []
 
 
 def test_pinned_survives_pressure_unpinned_is_evicted() -> None:
@@ -120,7 +120,7 @@ def test_registry_never_loses_or_overlaps_slots(ops: list[tuple[str, int, int]])
         pid = f"p{k}"
         try:
             if op in ("reg", "regloose"):
-                reg.register("t", [k] * n if pid not in {r.prefix_id for r in reg.list()}
+                reg.register("t", [k] * n if pid not in {r.prefix_id for r in reg.records()}
                              else list(reg.get(pid, "t").tokens), prefix_id=pid,
                              pin=op == "reg")
             elif op == "ready":
@@ -138,7 +138,7 @@ def test_registry_never_loses_or_overlaps_slots(ops: list[tuple[str, int, int]])
                 reg.unpin(pid, "t")
         except (PrefixNotFound, PrefixConflict):
             pass
-        live = [r for r in reg.list() if r.hot is not None]
+        live = [r for r in reg.records() if r.hot is not None]
         spans = sorted(r.hot for r in live if r.hot)
         for a, b in zip(spans, spans[1:]):
             assert a.end <= b.start

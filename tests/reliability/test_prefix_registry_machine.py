@@ -248,7 +248,7 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
         assert self.reg.unregister(pid, team) is (not busy)
         with pytest.raises(PrefixNotFound):
             self.reg.get(pid, team)
-        assert rec not in self.reg.list(team)
+        assert rec not in self.reg.records(team)
         if busy:
             assert rec.hot is not None and self.reg.pool.range_of(pid) == rec.hot
             count("prefix_registry", "unregistered_in_use")
@@ -306,7 +306,7 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
             if not r.doomed:
                 with pytest.raises(PrefixAccessDenied):
                     self.reg.get(r.prefix_id, other)
-                assert r not in self.reg.list(other)
+                assert r not in self.reg.records(other)
         for q in self.live:
             rec = self.reg.peek(q.prefix_id)
             assert rec is not None and rec.hot == q.range

@@ -23,7 +23,7 @@ from vllm.v1.request import Request, RequestStatus
 from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import PrefixRegistry
 from granikv_engine.vllm_plugin.core import kv_manager as kvm
-from granikv_engine.vllm_plugin.core.fast_alloc import STOCK
+from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED
 
 MAX_LEN = 160
 
@@ -88,7 +88,7 @@ def test_the_fast_path_leaves_every_piece_of_state_as_vllms_own(
 
     def counted(*a: Any) -> Any:
         got = real(*a)
-        fast_calls.append(got is not STOCK)
+        fast_calls.append(got is not NOT_HANDLED)
         return got
 
     monkeypatch.setattr(kvm, "allocate_running", counted)

@@ -38,7 +38,7 @@ def hot_stats(s: HotPoolStats) -> HotStats:
 
 class Control:
     def __init__(self, scheduler: Any) -> None:
-        self.s = scheduler
+        self.scheduler = scheduler
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         fn = getattr(self, f"op_{op}", None)
@@ -48,37 +48,37 @@ class Control:
             out: dict[str, Any] = fn(**args)
         except (PrefixError, TypeError, ValueError) as e:
             return error_dict(e)
-        self.s._publish_seeds()
+        self.scheduler._publish_seeds()
         return out
 
     def op_list(self, team: str | None = None) -> dict[str, Any]:
-        return {"prefixes": [record_dict(r) for r in self.s.registry.list(team)]}
+        return {"prefixes": [record_dict(r) for r in self.scheduler.registry.records(team)]}
 
     def op_get(self, prefix_id: str, team: str | None = None) -> PrefixRecordView:
-        return record_dict(self.s.registry.get(prefix_id, team))
+        return record_dict(self.scheduler.registry.get(prefix_id, team))
 
     def op_pin(self, prefix_id: str, team: str | None = None) -> PrefixRecordView:
-        return record_dict(self.s.registry.pin(prefix_id, team))
+        return record_dict(self.scheduler.registry.pin(prefix_id, team))
 
     def op_unpin(self, prefix_id: str, team: str | None = None) -> PrefixRecordView:
-        return record_dict(self.s.registry.unpin(prefix_id, team))
+        return record_dict(self.scheduler.registry.unpin(prefix_id, team))
 
     def op_unregister(self, prefix_id: str, team: str | None = None) -> dict[str, Any]:
-        freed = self.s.registry.unregister(prefix_id, team)
+        freed = self.scheduler.registry.unregister(prefix_id, team)
         return {"prefix_id": prefix_id, "freed_now": freed}
 
     def op_stats(self) -> EngineStats:
-        s, gk = self.s, self.s.gk
-        free = gk.block_pool.get_num_free_blocks()
-        states = [r.state for r in s.registry.list()]
+        s, kv = self.scheduler, self.scheduler.kv
+        free = kv.block_pool.get_num_free_blocks()
+        states = [r.state for r in s.registry.records()]
         return {
             "hot": hot_stats(s.registry.pool.stats()),
-            "cold": {"capacity": gk.cold_capacity, "free": free,
-                     "used": gk.cold_capacity - free, "usage": gk.usage},
+            "cold": {"capacity": kv.cold_capacity, "free": free,
+                     "used": kv.cold_capacity - free, "usage": kv.usage},
             "prefixes": {st.value: states.count(st) for st in PrefixState},
-            "hits": {"hits": gk.hot_counters.hits, "hit_tokens": gk.hot_counters.hit_tokens,
-                     "cold_fallbacks": gk.hot_counters.cold_fallbacks},
-            "events": dict(s.gk_events),
+            "hits": {"hits": kv.hot_counters.hits, "hit_tokens": kv.hot_counters.hit_tokens,
+                     "cold_fallbacks": kv.hot_counters.cold_fallbacks},
+            "events": dict(s.granikv_events),
             "evictions": s.registry.evictions,
             "compactions": s.registry.compactions,
             "cold_registrations": s.registry.cold_registrations,
@@ -89,5 +89,5 @@ class Control:
     def op_reset_peaks(self, track: bool = False) -> dict[str, Any]:
         """Restart the step counters; ``track`` also checks every step that COLD slots
         in use equal the running requests' COLD tokens (costs O(running) a step)."""
-        self.s.step_stats = StepStats(track)
+        self.scheduler.step_stats = StepStats(track)
         return {"ok": True}

@@ -15,7 +15,7 @@ full-attention manager at block size 1) this does the same work directly, with t
 functions for what has effects: ``BlockPool.get_new_blocks``, the manager's block list
 and new-block record (the worker zeroes those blocks), and the pool's
 hash insert for the new full blocks (``cache_blocks`` below; vLLM's own
-``cache_blocks`` when KV events are on). Anything else returns ``STOCK`` and takes the
+``cache_blocks`` when KV events are on). Anything else returns ``NOT_HANDLED`` and takes the
 stock path. ``tests/vllm_plugin/test_fast_alloc.py`` runs
 random sequences of calls through both and compares every piece of state.
 """
@@ -29,7 +29,7 @@ from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
 from vllm.v1.request import Request, RequestStatus
 
-STOCK: Any = object()  # "not the fast path's case": call the stock allocate_slots
+NOT_HANDLED: Any = object()  # "not the fast path's case": call the stock allocate_slots
 # allocate_slots' keyword arguments and the values the fast path handles
 DEFAULTS = {"num_new_computed_tokens": 0, "new_computed_blocks": None,
             "num_lookahead_tokens": 0, "num_external_computed_tokens": 0,
@@ -52,12 +52,12 @@ def plain_manager(kv: Any) -> FullAttentionManager | None:
 def allocate_running(kv: Any, m: FullAttentionManager, request: Request,
                      num_new_tokens: int, kwargs: dict[str, Any]) -> KVCacheBlocks | None:
     """``kv.allocate_slots(request, num_new_tokens, **kwargs)`` for a running request,
-    or ``STOCK`` when the call is not the case this path handles."""
+    or ``NOT_HANDLED`` when the call is not the case this path handles."""
     rid = request.request_id
     if (num_new_tokens <= 0 or request.status is not RequestStatus.RUNNING
             or rid not in m.num_cached_block or rid in m._partial_hit_reqs
             or (kwargs != RUNNING_LOOP and not _defaults(kwargs))):
-        return STOCK
+        return NOT_HANDLED
     computed = min(request.num_computed_tokens, kv.max_model_len)
     blocks = m.req_to_blocks[rid]
     # one block a token: the blocks it needs beyond those it holds

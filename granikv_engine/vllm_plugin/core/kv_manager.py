@@ -28,7 +28,7 @@ from vllm.v1.request import Request
 
 from granikv_engine.hot_pool import SlotRange
 from granikv_engine.prefix_registry import PrefixRegistry, PrefixState
-from granikv_engine.vllm_plugin.core.fast_alloc import STOCK, allocate_running, plain_manager
+from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED, allocate_running, plain_manager
 
 logger = init_logger(__name__)
 
@@ -122,7 +122,7 @@ class GraniKVCacheManager(KVCacheManager):
                        *args: Any, **kwargs: Any) -> KVCacheBlocks | None:
         if self._fast is not None and not args:
             got = allocate_running(self, self._fast, request, num_new_tokens, kwargs)
-            if got is not STOCK:
+            if got is not NOT_HANDLED:
                 return got  # type: ignore[no-any-return]
         return super().allocate_slots(request, num_new_tokens, *args, **kwargs)
 

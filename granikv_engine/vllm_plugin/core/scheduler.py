@@ -47,21 +47,21 @@ class GraniKVSchedulerMixin:
             raise ValueError(f"GraniKV needs block_size=1, got {self.block_size}")
         pool = self.kv_cache_manager.block_pool
         arena = reserve_arena(pool, cfg.hot_capacity(pool.num_gpu_blocks))
-        self.gk_cfg = cfg
+        self.granikv_cfg = cfg
         self.registry = PrefixRegistry(HotPool(arena.start, arena.length))
-        self.gk = GraniKVCacheManager.adopt(self.kv_cache_manager, self.registry, arena,
+        self.kv = GraniKVCacheManager.adopt(self.kv_cache_manager, self.registry, arena,
                                              cfg.fast_alloc)
         self.hasher: SeededBlockHasher | None = None
         self._seeds_version = -1  # registry version the hasher's seed table reflects
         self._filling: dict[str, str] = {}  # request id -> prefix id it fills
-        self.gk_events: dict[str, int] = {"registrations": 0, "fills_done": 0,
+        self.granikv_events: dict[str, int] = {"registrations": 0, "fills_done": 0,
                                           "fills_aborted": 0, "bind_errors": 0,
                                           "bound_requests": 0, "prefix_reads_skipped": 0}
         self.control = Control(self)
         self.step_stats = StepStats()
         offer_scheduler(self)  # the engine core builds its block hasher next
         logger.info("GraniKV: HOT arena = blocks [%d, %d), COLD = %d blocks",
-                    arena.start, arena.end, self.gk.cold_capacity)
+                    arena.start, arena.end, self.kv.cold_capacity)
 
     # ---- timing and peaks (for the overhead benchmark and the memory proof) ----------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -80,13 +80,13 @@ class GraniKVSchedulerMixin:
         return out
 
     def _cold_used(self) -> int:
-        return self.gk.cold_capacity - self.gk.block_pool.get_num_free_blocks()
+        return self.kv.cold_capacity - self.kv.block_pool.get_num_free_blocks()
 
     def _cold_tokens_running(self) -> int:
         """Tokens of running requests that need a COLD slot (computed or scheduled, past
         their HOT prefix). Equals COLD slots in use when no two requests share a COLD
         block: the token-granularity claim, checked every step."""
-        held = self.gk.held
+        held = self.kv.held
         total = 0
         for r in self.running:  # type: ignore[attr-defined]
             h = held.get(r.request_id)
@@ -99,11 +99,11 @@ class GraniKVSchedulerMixin:
         if intent is not None and not intent.fill and request.skip_reading_prefix_cache:
             # Prompt logprobs (or an explicit skip) need every prompt position computed:
             # stock vLLM skips its prefix cache for such a request, so it skips HOT too.
-            self.gk_events["prefix_reads_skipped"] += 1
+            self.granikv_events["prefix_reads_skipped"] += 1
             intent = None
         if intent is not None:
-            self.gk.intents[request.request_id] = intent
-            self.gk_events["bound_requests"] += 1
+            self.kv.intents[request.request_id] = intent
+            self.granikv_events["bound_requests"] += 1
         super().add_request(request)  # type: ignore[misc]
 
     def _bind(self, request: Request) -> Intent | None:
@@ -114,7 +114,7 @@ class GraniKVSchedulerMixin:
         try:
             args = GraniKVArgs.from_extra_args(sp.extra_args if sp is not None else None)
             binding = decide(args, prompt, RegistryIndex(self.registry),
-                             self.gk_cfg.default_team, self.gk_cfg.prompt_match)
+                             self.granikv_cfg.default_team, self.granikv_cfg.prompt_match)
             if binding is None:
                 return None
             if binding.fill:
@@ -125,7 +125,7 @@ class GraniKVSchedulerMixin:
             assert binding.prefix_id is not None
             return Intent(binding.prefix_id, fill=False)
         except (PrefixError, ValueError) as e:
-            self.gk_events["bind_errors"] += 1
+            self.granikv_events["bind_errors"] += 1
             logger.warning("GraniKV: request %s served without HOT binding: %s",
                            request.request_id, e)
         return None
@@ -133,7 +133,7 @@ class GraniKVSchedulerMixin:
     def _bind_fill(self, request: Request, binding: Binding, pin: bool,
                    prompt: list[int]) -> Intent | None:
         rec = self.registry.register(binding.team, prompt, binding.prefix_id, pin=pin)
-        self.gk_events["registrations"] += 1
+        self.granikv_events["registrations"] += 1
         self._publish_seeds()  # registering may have evicted others
         if rec.state is PrefixState.FILLING and rec.prefix_id not in self._filling.values():
             self._filling[request.request_id] = rec.prefix_id
@@ -153,18 +153,18 @@ class GraniKVSchedulerMixin:
                 if _plain_hashing(request) and len(request.block_hashes) >= rec.length:
                     rec.block_hashes = tuple(request.block_hashes[:rec.length])
                 self.registry.mark_ready(pid)
-                self.gk_events["fills_done"] += 1
+                self.granikv_events["fills_done"] += 1
             else:
                 self.registry.abort_fill(pid)
-                self.gk_events["fills_aborted"] += 1
+                self.granikv_events["fills_aborted"] += 1
             self._publish_seeds()
-        self.gk.forget(rid)
+        self.kv.forget(rid)
         return out
 
     # ---- hashing --------------------------------------------------------------------
     def wrap_block_hasher(self, stock: Any) -> SeededBlockHasher:
-        self.hasher = SeededBlockHasher(stock, self.gk_cfg.default_team,
-                                        self.gk_cfg.prompt_match)
+        self.hasher = SeededBlockHasher(stock, self.granikv_cfg.default_team,
+                                        self.granikv_cfg.prompt_match)
         self._publish_seeds()
         return self.hasher
 
@@ -175,7 +175,7 @@ class GraniKVSchedulerMixin:
             return
         self._seeds_version = self.registry.version
         seeds = [Seed(r.prefix_id, r.team, list(r.tokens), list(r.block_hashes))
-                 for r in self.registry.list()
+                 for r in self.registry.records()
                  if r.state is PrefixState.READY and r.block_hashes is not None]
         self.hasher.publish(SeedTable.build(seeds))  # type: ignore[arg-type]
 

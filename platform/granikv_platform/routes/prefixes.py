@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from granikv_platform.answers import answer
 from granikv_platform.deps import Ing, RequiredTeam
-from granikv_platform.schemas import PREFIX_ID_PATTERN, PrefixCreate, PrefixList, PrefixRecord
+from granikv_platform.schemas import PREFIX_ID_PATTERN, PrefixCreate, PrefixList, PrefixView
 
 PrefixId = Annotated[str, Path(pattern=PREFIX_ID_PATTERN,
                                description="A prefix id of the calling team.")]
@@ -22,7 +22,7 @@ PrefixId = Annotated[str, Path(pattern=PREFIX_ID_PATTERN,
 def router() -> APIRouter:
     r = APIRouter(prefix="/v1/prefixes", tags=["prefixes"])
 
-    @r.post("", status_code=201, response_model=PrefixRecord,
+    @r.post("", status_code=201, response_model=PrefixView,
             responses={200: {"description": "Already registered (same tokens)."}})
     async def register(team: RequiredTeam, body: PrefixCreate, ing: Ing) -> Response:
         return answer(await ing.call("register_prefix", team, body.model_dump()))
@@ -31,7 +31,7 @@ def router() -> APIRouter:
     async def list_(team: RequiredTeam, ing: Ing) -> Response:
         return answer(await ing.call("list_prefixes", team))
 
-    @r.get("/{prefix_id}", response_model=PrefixRecord)
+    @r.get("/{prefix_id}", response_model=PrefixView)
     async def get(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> Response:
         return answer(await ing.call("get_prefix", team, prefix_id))
 
