@@ -163,3 +163,44 @@ def test_dispatch_table_comes_from_rank_0_only(tmp_path: Any, monkeypatch: pytes
         assert got is from_rank0
     tables.dispatch_table(vcfg, spec, torch.device("cpu"), cfg)  # type: ignore[arg-type]
     assert len(sent) == 1  # cached per process and shape
+
+
+def test_fa3_is_called_with_vllm_026s_positional_arguments() -> None:
+    """CudaOps names what GraniKV sets of FA3's 37 positional arguments; both passes must
+    reach torch.ops._vllm_fa3_C.fwd exactly as vLLM 0.26 orders them (the kernel runs
+    only on a GPU: here a recorder stands in for the op)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
+
+    calls: list[tuple[Any, ...]] = []
+
+    def fwd(*args: Any) -> tuple[Any, ...]:
+        calls.append(args)
+        return "o", "lse", None, None
+
+    ops = object.__new__(CudaOps)
+    ops._fwd = fwd
+    ops._merge = lambda *a: calls.append(("merge", *a))
+    t = {name: torch.zeros(1) for name in ("q", "k", "v", "out", "qsl", "lens", "bt",
+                                           "meta", "cu_q", "cu_k", "used", "dmeta")}
+    dense = SimpleNamespace(identity=True, gather=None, cu_q=t["cu_q"], cu_k=t["cu_k"],
+                            seqused_k=t["used"], max_q=3, max_k=4, num_splits=5,
+                            scheduler_metadata=t["dmeta"])
+    plan = SimpleNamespace(query_start_loc=t["qsl"], kv_seq_lens=t["lens"], max_q=1,
+                           max_kv=2, block_table=t["bt"], scheduler_metadata=t["meta"],
+                           num_splits=7, cascade_dev=dense)
+    ops.forward(t["q"], t["k"], t["v"], plan, 0.5, t["out"])  # type: ignore[arg-type]
+    paged, hot, merge = calls
+    assert len(paged) == len(hot) == 37
+    n = None
+    assert paged[3:] == (n, n, n, t["out"], t["qsl"], n, n, n, t["lens"], 1, 2, t["bt"],
+                         n, n, n, n, n, n, n, n, 0.5, True, -1, -1, 0.0, True, t["meta"],
+                         7, n, 0, n, 1, 0, n)
+    assert hot[:3] == (t["q"], t["k"], t["v"])  # the dense pass reads the flat slabs
+    assert hot[3:] == (n, n, n, n, t["cu_q"], t["cu_k"], n, n, t["used"], 3, 4, n,
+                       n, n, n, n, n, n, n, n, 0.5, False, -1, -1, 0.0, True, t["dmeta"],
+                       5, n, 0, n, 1, 0, n)
+    assert merge == ("merge", t["out"], "o", "lse", t["out"], "lse")

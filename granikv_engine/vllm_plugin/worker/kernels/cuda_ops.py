@@ -71,27 +71,41 @@ class CudaOps:
                 scale: float, out: Tensor) -> None:
         kp, vp = k_cache.unsqueeze(1), v_cache.unsqueeze(1)
         # Causal paged attention, page size 1: the COLD suffix of cascade rows, the whole
-        # sequence of the others. Argument order: torch.ops._vllm_fa3_C.fwd.
-        _, lse, _, _ = self._fwd(
-            q, kp, vp, None, None, None, out, plan.query_start_loc, None, None, None,
-            plan.kv_seq_lens, plan.max_q, plan.max_kv, plan.block_table, None, None, None,
-            None, None, None, None, None, scale, True, -1, -1, 0.0, True,
-            plan.scheduler_metadata, plan.num_splits, None, 0, None, 1, 0, None)
+        # sequence of the others.
+        _, lse = self._fa3(q, kp, vp, out=out, cu_q=plan.query_start_loc, cu_k=None,
+                           seqused_k=plan.kv_seq_lens, max_q=plan.max_q, max_k=plan.max_kv,
+                           page_table=plan.block_table, scale=scale, causal=True,
+                           scheduler_metadata=plan.scheduler_metadata,
+                           num_splits=plan.num_splits)
         d = plan.cascade_dev
         if d is None:
             return
         q_c = q if d.identity else q.index_select(
             0, plan.cascade_q_index if d.gather is None else d.gather)
         # Dense, non-causal: every group's queries against its contiguous HOT slab.
-        o_hot, lse_hot, _, _ = self._fwd(
-            q_c, k_cache, v_cache, None, None, None, None, d.cu_q, d.cu_k, None, None,
-            d.seqused_k, d.max_q, d.max_k, None, None, None, None, None, None, None, None,
-            None, scale, False, -1, -1, 0.0, True, d.scheduler_metadata, d.num_splits, None,
-            0, None, 1, 0, None)
+        o_hot, lse_hot = self._fa3(q_c, k_cache, v_cache, out=None, cu_q=d.cu_q, cu_k=d.cu_k,
+                                   seqused_k=d.seqused_k, max_q=d.max_q, max_k=d.max_k,
+                                   page_table=None, scale=scale, causal=False,
+                                   scheduler_metadata=d.scheduler_metadata,
+                                   num_splits=d.num_splits)
         if d.identity:
             self._merge(out, o_hot, lse_hot, out, lse)
         else:
             merge_indexed_(out, lse, o_hot, lse_hot, plan.cascade_q_index)
+
+
+    def _fa3(self, q: Tensor, k: Tensor, v: Tensor, *, out: Tensor | None,
+             cu_q: Tensor, cu_k: Tensor | None, seqused_k: Tensor, max_q: int, max_k: int,
+             page_table: Tensor | None, scale: float, causal: bool,
+             scheduler_metadata: Tensor | None, num_splits: int) -> tuple[Tensor, Tensor]:
+        """FA3's varlen forward (``torch.ops._vllm_fa3_C.fwd``: 37 positional arguments,
+        in vLLM 0.26's order) with what GraniKV sets named: no new K/V, no sliding window,
+        no softcap, no scales, LSE returned. Returns (out, lse)."""
+        o, lse, _, _ = self._fwd(
+            q, k, v, None, None, None, out, cu_q, cu_k, None, None, seqused_k, max_q, max_k,
+            page_table, None, None, None, None, None, None, None, None, scale, causal, -1, -1,
+            0.0, True, scheduler_metadata, num_splits, None, 0, None, 1, 0, None)
+        return o, lse
 
 
 def _schedule(cu_q: Tensor, k_lens: Tensor, max_q: int, max_k: int, num_q_heads: int,
