@@ -114,6 +114,56 @@ def test_team_model_tool_calls_through_the_platform(base_url: str) -> None:
     assert json_.dumps(d)
 
 
+def test_the_tools_example_graph_runs_on_the_tiny_model(base_url: str) -> None:
+    """The tools example (``ToolNode`` + ``tools_condition``) end to end through the
+    platform: the model's first turn is a scripted tool call (a structured-output choice:
+    the tiny model's weights are random), vLLM's hermes parser returns it as a tool
+    call, the tool runs, its result goes back, and the model's second turn ends the
+    loop. Both model turns read the team's context from HOT."""
+    from langchain_core.messages import HumanMessage
+
+    from granikv_agents.chat_model import TeamChatModel
+    from granikv_agents.graph import RunContext
+    from granikv_agents.graphs import team_graph
+    from tests.agents.threads_kit import own_team
+
+    call = '<tool_call>{"name": "review_rule", "arguments": {"number": 2}}</tool_call>'
+
+    class FirstTurnScripted(TeamChatModel):
+        turns: int = 0
+
+        def _request(self, messages: Any, kwargs: dict[str, Any]) -> Any:
+            if self.turns == 0:
+                kwargs = {**kwargs, "extra_body": {"structured_outputs": {"choice": [call]}}}
+            self.turns += 1
+            return super()._request(messages, kwargs)
+
+    team = own_team("granikv_agents.examples.tools:graph", team="green")
+
+    async def go() -> dict[str, Any]:
+        backend = http_backend(base_url, "green")
+        try:
+            model = FirstTurnScripted(backend=backend, context="Green's tool rules. " * 6,
+                                      max_tokens=64)
+            ctx = RunContext.of(team, backend, model)
+            out: dict[str, Any] = await team_graph(team).ainvoke(
+                {"messages": [HumanMessage("What is review rule 2?")]}, context=ctx)
+            return out
+        finally:
+            await backend.aclose()
+
+    before = settled(base_url)
+    out = asyncio.run(go())
+    kinds = [m.type for m in out["messages"]]
+    assert kinds == ["human", "ai", "tool", "ai"], out["messages"]
+    asked = out["messages"][1].tool_calls
+    assert [(c["name"], c["args"]) for c in asked] == [("review_rule", {"number": 2})]
+    assert out["messages"][2].content == "A prefix that does not fit HOT is refused, not evicted."
+    assert out["messages"][2].tool_call_id == asked[0]["id"]
+    d = delta(settled(base_url), before)
+    assert d["hits"] == 2 and "bind_errors" not in d, d
+
+
 def test_both_bindings_stream_the_same_tokens(base_url: str) -> None:
     """TeamChatModel.astream through the HTTP binding and through the Serve handle (the
     in-cluster binding, as the run executor uses it): the reply arrives in pieces, the
