@@ -26,7 +26,7 @@ from granikv_agents.service_handle import service as _service
 from granikv_agents.threads.routes import threads_router
 from granikv_platform.answers import answer, stream_answer
 from granikv_platform.config import TeamConfig
-from granikv_platform.deps import Ing
+from granikv_platform.deps import CurrentIngress
 from granikv_platform.errors import ApiError
 
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="A run of this team.")]
@@ -36,27 +36,27 @@ def runs_router(team: TeamConfig) -> APIRouter:
     r = APIRouter(tags=[f"team {team.name}: runs"])
 
     @r.post("/runs", status_code=201)
-    async def start(body: RunCreate, ing: Ing) -> Response:
+    async def start(body: RunCreate, ing: CurrentIngress) -> Response:
         if body.spec is not None and body.spec.team != team.name:
             raise ApiError(403, f"the spec is team {body.spec.team!r}'s; team "
                            f"{team.name!r} may not run it")
         return answer(await _service(ing).start.remote(team.name, body.wire()))
 
     @r.get("/runs")
-    async def list_runs(ing: Ing, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    async def list_runs(ing: CurrentIngress, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                         offset: Annotated[int, Query(ge=0)] = 0) -> Response:
         return answer(await _service(ing).list_runs.remote(team.name, limit, offset))
 
     @r.get("/runs/{run_id}")
-    async def get(run_id: RunId, ing: Ing) -> Response:
+    async def get(run_id: RunId, ing: CurrentIngress) -> Response:
         return answer(await _service(ing).get.remote(team.name, run_id))
 
     @r.post("/runs/{run_id}/resume")
-    async def resume(run_id: RunId, ing: Ing) -> Response:
+    async def resume(run_id: RunId, ing: CurrentIngress) -> Response:
         return answer(await _service(ing).resume.remote(team.name, run_id))
 
     @r.get("/runs/{run_id}/events")
-    async def events(run_id: RunId, ing: Ing,
+    async def events(run_id: RunId, ing: CurrentIngress,
                      after: Annotated[int, Query(ge=0, description="Events after this "
                                                  "seq.")] = 0,
                      last_event_id: Annotated[int | None, Header()] = None) -> Response:

@@ -1,10 +1,10 @@
 """FastAPI dependencies for routes on the ingress, including extra routers:
 
-    from granikv_platform.deps import Ing, RouteTeam
+    from granikv_platform.deps import CurrentIngress, RouteTeam
     def runs_router(team: TeamConfig) -> APIRouter:    # a config.team_routers entry
         r = APIRouter()
         @r.post("/runs")                               # served at /teams/{team}/runs
-        async def start(team: RouteTeam, ing: Ing) -> dict: ...
+        async def start(team: RouteTeam, ing: CurrentIngress) -> dict: ...
         return r
 
 Routers under /teams/{team} are mounted with ``enter_team``: before any of their routes
@@ -91,7 +91,7 @@ async def _authenticated(request: Request, _: Bearer) -> None:
     caller(request)
 
 
-Ing = Annotated[IngressApi, Depends(current_ingress)]
+CurrentIngress = Annotated[IngressApi, Depends(current_ingress)]
 RequiredTeam = Annotated[str, Depends(_required_team)]
 OptionalTeam = Annotated[str | None, Depends(_optional_team)]
 Operator = Depends(_operator)  # route dependencies=[Operator]: operator keys only

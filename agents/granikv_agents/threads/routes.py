@@ -23,7 +23,7 @@ from starlette.responses import Response
 from granikv_agents.service_handle import service
 from granikv_agents.threads.schemas import Page, RunCreate, ThreadCreate
 from granikv_platform.answers import answer, stream_answer
-from granikv_platform.deps import Ing
+from granikv_platform.deps import CurrentIngress
 from granikv_platform.protocol import ErrorItem, Item, JsonItem
 
 
@@ -39,39 +39,39 @@ def threads_router(team: str) -> APIRouter:
             headers={"Location": f"/threads/{tid}/runs/{rid}/stream"})
 
     @r.post("/assistants/search")
-    async def search_assistants(ing: Ing, body: Page | None = None) -> Response:
+    async def search_assistants(ing: CurrentIngress, body: Page | None = None) -> Response:
         b = body or Page.model_validate({})
         return await call(ing, "search_assistants", limit=b.limit, offset=b.offset)
 
     @r.get("/assistants/{assistant_id}")
-    async def get_assistant(assistant_id: str, ing: Ing) -> Response:
+    async def get_assistant(assistant_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "get_assistant", assistant_id=assistant_id)
 
     @r.post("/threads")
-    async def create_thread(ing: Ing, body: ThreadCreate | None = None) -> Response:
+    async def create_thread(ing: CurrentIngress, body: ThreadCreate | None = None) -> Response:
         b = body or ThreadCreate.model_validate({})
         return await call(ing, "create_thread", thread_id=b.thread_id, metadata=b.metadata,
                           if_exists=b.if_exists or "raise")
 
     @r.post("/threads/search")
-    async def search_threads(ing: Ing, body: Page | None = None) -> Response:
+    async def search_threads(ing: CurrentIngress, body: Page | None = None) -> Response:
         b = body or Page.model_validate({})
         return await call(ing, "search_threads", limit=b.limit, offset=b.offset)
 
     @r.get("/threads/{thread_id}")
-    async def get_thread(thread_id: str, ing: Ing) -> Response:
+    async def get_thread(thread_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "get_thread", thread_id=thread_id)
 
     @r.get("/threads/{thread_id}/state")
-    async def state(thread_id: str, ing: Ing) -> Response:
+    async def state(thread_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "state", thread_id=thread_id)
 
     @r.post("/threads/{thread_id}/runs")
-    async def create_run(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+    async def create_run(thread_id: str, body: RunCreate, ing: CurrentIngress) -> Response:
         return await call(ing, "create_run", thread_id=thread_id, body=body.wire())
 
     @r.post("/threads/{thread_id}/runs/stream")
-    async def create_and_stream(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+    async def create_and_stream(thread_id: str, body: RunCreate, ing: CurrentIngress) -> Response:
         item: Item = await service(ing).threads.remote(
             team, "create_run", {"thread_id": thread_id, "body": body.wire()})
         if not isinstance(item, JsonItem):
@@ -79,7 +79,7 @@ def threads_router(team: str) -> APIRouter:
         return await stream(ing, thread_id, item.body["run_id"], 0)
 
     @r.post("/threads/{thread_id}/runs/wait")
-    async def create_and_wait(thread_id: str, body: RunCreate, ing: Ing) -> Response:
+    async def create_and_wait(thread_id: str, body: RunCreate, ing: CurrentIngress) -> Response:
         item: Item = await service(ing).threads.remote(
             team, "create_run", {"thread_id": thread_id, "body": body.wire()})
         if not isinstance(item, JsonItem):
@@ -87,7 +87,7 @@ def threads_router(team: str) -> APIRouter:
         return await call(ing, "join", thread_id=thread_id, run_id=item.body["run_id"])
 
     @r.get("/threads/{thread_id}/runs")
-    async def list_runs(thread_id: str, ing: Ing,
+    async def list_runs(thread_id: str, ing: CurrentIngress,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 10,
                         offset: Annotated[int, Query(ge=0)] = 0,
                         status: Literal["pending", "running", "success", "error",
@@ -96,21 +96,21 @@ def threads_router(team: str) -> APIRouter:
                           status=status)
 
     @r.get("/threads/{thread_id}/runs/{run_id}")
-    async def get_run(thread_id: str, run_id: str, ing: Ing) -> Response:
+    async def get_run(thread_id: str, run_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "get_run", thread_id=thread_id, run_id=run_id)
 
     @r.get("/threads/{thread_id}/runs/{run_id}/join")
-    async def join(thread_id: str, run_id: str, ing: Ing) -> Response:
+    async def join(thread_id: str, run_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "join", thread_id=thread_id, run_id=run_id)
 
     @r.get("/threads/{thread_id}/runs/{run_id}/stream")
-    async def join_stream(thread_id: str, run_id: str, ing: Ing,
+    async def join_stream(thread_id: str, run_id: str, ing: CurrentIngress,
                           last_event_id: Annotated[str | None, Header()] = None) -> Response:
         after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
         return await stream(ing, thread_id, run_id, after)
 
     @r.post("/threads/{thread_id}/runs/{run_id}/cancel")
-    async def cancel(thread_id: str, run_id: str, ing: Ing,
+    async def cancel(thread_id: str, run_id: str, ing: CurrentIngress,
                      wait: Annotated[int, Query(ge=0, le=1)] = 0) -> Response:
         item: Item = await service(ing).threads.remote(
             team, "cancel", {"thread_id": thread_id, "run_id": run_id, "wait": bool(wait)})

@@ -10,7 +10,7 @@ from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ModelCard, ModelList
 
 from granikv_platform.config import PlatformConfig
-from granikv_platform.deps import Ing, OptionalTeam, RawBody
+from granikv_platform.deps import CurrentIngress, OptionalTeam, RawBody
 from granikv_platform.errors import ApiError
 from granikv_platform.identity import bind_body
 
@@ -45,12 +45,12 @@ def router(cfg: PlatformConfig) -> APIRouter:
 
     @r.post("/v1/chat/completions")
     async def chat(team: OptionalTeam, _: ChatCompletionRequest, body: RawBody,
-                   ing: Ing) -> Response:
+                   ing: CurrentIngress) -> Response:
         return await ing.openai("chat", bind_body(body, team))
 
     @r.post("/v1/completions")
     async def completions(team: OptionalTeam, _: CompletionRequest, body: RawBody,
-                          ing: Ing) -> Response:
+                          ing: CurrentIngress) -> Response:
         return await ing.openai("completions", bind_body(body, team))
 
     return r

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from granikv_platform import metrics
 from granikv_platform.config import PlatformConfig
-from granikv_platform.deps import Authenticated, Ing, Operator
+from granikv_platform.deps import Authenticated, CurrentIngress, Operator
 from granikv_platform.errors import error_response
 from granikv_platform.protocol import error_item
 
@@ -25,11 +25,11 @@ def router(cfg: PlatformConfig) -> APIRouter:
     r = APIRouter(tags=["operations"])
 
     @r.get("/metrics", response_class=Response, dependencies=[Operator])
-    async def prometheus(ing: Ing) -> Response:
+    async def prometheus(ing: CurrentIngress) -> Response:
         return Response(metrics.render(await ing.reports()), media_type=metrics.CONTENT_TYPE)
 
     @r.get("/v1/granikv/stats", dependencies=[Operator])
-    async def stats(ing: Ing) -> dict[str, Any]:
+    async def stats(ing: CurrentIngress) -> dict[str, Any]:
         """Latest report of each live replica: engine (HOT/COLD, hits, dispatcher) and
         front end (queue depth, tokens/s)."""
         return {"model": cfg.model.model_id, "replicas": await ing.reports()}
@@ -45,7 +45,7 @@ def router(cfg: PlatformConfig) -> APIRouter:
         return {"status": "ok"}
 
     @r.get("/readyz", response_model=None)
-    async def readyz(ing: Ing) -> Response | dict[str, Any]:
+    async def readyz(ing: CurrentIngress) -> Response | dict[str, Any]:
         live = await ing.reports()
         if not live:
             return error_response(error_item(503, "no LLM replica has reported yet"))

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path
 from starlette.responses import Response
 
 from granikv_platform.answers import answer
-from granikv_platform.deps import Ing, RequiredTeam
+from granikv_platform.deps import CurrentIngress, RequiredTeam
 from granikv_platform.schemas import PREFIX_ID_PATTERN, PrefixCreate, PrefixList, PrefixView
 
 PrefixId = Annotated[str, Path(pattern=PREFIX_ID_PATTERN,
@@ -24,19 +24,19 @@ def router() -> APIRouter:
 
     @r.post("", status_code=201, response_model=PrefixView,
             responses={200: {"description": "Already registered (same tokens)."}})
-    async def register(team: RequiredTeam, body: PrefixCreate, ing: Ing) -> Response:
+    async def register(team: RequiredTeam, body: PrefixCreate, ing: CurrentIngress) -> Response:
         return answer(await ing.call("register_prefix", team, body.model_dump()))
 
     @r.get("", response_model=PrefixList)
-    async def list_(team: RequiredTeam, ing: Ing) -> Response:
+    async def list_(team: RequiredTeam, ing: CurrentIngress) -> Response:
         return answer(await ing.call("list_prefixes", team))
 
     @r.get("/{prefix_id}", response_model=PrefixView)
-    async def get(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> Response:
+    async def get(team: RequiredTeam, prefix_id: PrefixId, ing: CurrentIngress) -> Response:
         return answer(await ing.call("get_prefix", team, prefix_id))
 
     @r.delete("/{prefix_id}")
-    async def delete(team: RequiredTeam, prefix_id: PrefixId, ing: Ing) -> Response:
+    async def delete(team: RequiredTeam, prefix_id: PrefixId, ing: CurrentIngress) -> Response:
         return answer(await ing.call("delete_prefix", team, prefix_id))
 
     return r

@@ -14,7 +14,7 @@ from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ModelCard
 
 from granikv_platform.config import PlatformConfig, TeamConfig
-from granikv_platform.deps import Ing, RawBody
+from granikv_platform.deps import CurrentIngress, RawBody
 from granikv_platform.identity import bind_body
 from granikv_platform.routes.openai import find_model
 
@@ -27,7 +27,7 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
         return find_model(cfg, model_id)
 
     @r.post("/v1/completions")
-    async def completions(_: CompletionRequest, body: RawBody, ing: Ing) -> Response:
+    async def completions(_: CompletionRequest, body: RawBody, ing: CurrentIngress) -> Response:
         return await ing.openai("completions", bind_body(body, team.name))  # type: ignore[no-any-return]
 
     return r

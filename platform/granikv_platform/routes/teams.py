@@ -19,7 +19,7 @@ from vllm.entrypoints.openai.engine.protocol import ModelList
 
 from granikv_platform.answers import answer
 from granikv_platform.config import PlatformConfig, TeamConfig
-from granikv_platform.deps import Ing, RawBody
+from granikv_platform.deps import CurrentIngress, RawBody
 from granikv_platform.names import CONTEXT_HEADER
 from granikv_platform.routes.openai import model_list
 from granikv_platform.schemas import TeamContext, TeamContextIn
@@ -29,11 +29,11 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
     r = APIRouter(tags=[f"team {team.name}"])  # mounted with deps.enter_team(team)
 
     @r.put("/context", response_model=TeamContext)
-    async def put_context(body: TeamContextIn, ing: Ing) -> Response:
+    async def put_context(body: TeamContextIn, ing: CurrentIngress) -> Response:
         return answer(await ing.call("set_team_context", team.name, body.text))
 
     @r.get("/context", response_model=TeamContext)
-    async def get_context(ing: Ing) -> Response:
+    async def get_context(ing: CurrentIngress) -> Response:
         return answer(await ing.call("get_team_context", team.name))
 
     @r.get("/v1/models", response_model=ModelList)
@@ -41,7 +41,7 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
         return model_list(cfg)
 
     @r.post("/v1/chat/completions")
-    async def chat(_: ChatCompletionRequest, body: RawBody, ing: Ing,
+    async def chat(_: ChatCompletionRequest, body: RawBody, ing: CurrentIngress,
                    context: Annotated[str | None, Header(
                        alias=CONTEXT_HEADER, description="the prefix id of the context the "
                        "caller pinned: another one is a 409")] = None) -> Response:

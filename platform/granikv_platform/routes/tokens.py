@@ -14,7 +14,7 @@ from vllm.entrypoints.serve.tokenize.protocol import (
 )
 
 from granikv_platform.answers import answer
-from granikv_platform.deps import Ing, OptionalTeam, RawBody
+from granikv_platform.deps import CurrentIngress, OptionalTeam, RawBody
 
 
 def router() -> APIRouter:
@@ -22,12 +22,12 @@ def router() -> APIRouter:
 
     @r.post("/tokenize", response_model=TokenizeResponse)
     async def tokenize(_: OptionalTeam, __: TokenizeRequest, body: RawBody,
-                       ing: Ing) -> Response:
+                       ing: CurrentIngress) -> Response:
         return answer(await ing.call("tokenize", body))
 
     @r.post("/detokenize", response_model=DetokenizeResponse)
     async def detokenize(_: OptionalTeam, __: DetokenizeRequest, body: RawBody,
-                         ing: Ing) -> Response:
+                         ing: CurrentIngress) -> Response:
         return answer(await ing.call("detokenize", body))
 
     return r
