@@ -66,3 +66,11 @@ def test_render_reports_every_family() -> None:
 def test_render_without_replicas() -> None:
     got = samples(render({}).decode())
     assert got == {("granikv_replicas", ()): 0.0}
+
+
+def test_the_declared_hot_stats_are_the_pools() -> None:
+    """``stats.HotStats`` declares what ``HotPool.stats()._asdict()`` sends: one list."""
+    from granikv_engine.hot_pool import HotPoolStats
+    from granikv_engine.stats import HotStats
+
+    assert tuple(HotStats.__annotations__) == HotPoolStats._fields

@@ -9,11 +9,11 @@ plain dicts of the shapes ``granikv_engine.stats`` declares (``PrefixRecordView`
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, cast
 
-from granikv_engine.hot_pool import HotPoolStats
 from granikv_engine.prefix_registry import PrefixError, PrefixRecord, PrefixState
-from granikv_engine.stats import EngineStats, HotStats, PrefixRecordView
+from granikv_engine.stats import EngineStats, HitStats, HotStats, PrefixRecordView
 from granikv_engine.vllm_plugin.core.step_stats import StepStats
 
 
@@ -27,13 +27,6 @@ def record_dict(rec: PrefixRecord) -> PrefixRecordView:
 def error_dict(e: Exception) -> dict[str, Any]:
     status = getattr(e, "status", 400)
     return {"error": {"status": status, "type": type(e).__name__, "message": str(e)}}
-
-
-def hot_stats(s: HotPoolStats) -> HotStats:
-    return {"capacity": s.capacity, "used": s.used, "pinned": s.pinned,
-            "referenced": s.referenced, "free": s.free,
-            "largest_free_run": s.largest_free_run, "fragmentation": s.fragmentation,
-            "entries": s.entries}
 
 
 class Control:
@@ -72,12 +65,11 @@ class Control:
         free = kv.block_pool.get_num_free_blocks()
         states = [r.state for r in s.registry.records()]
         return {
-            "hot": hot_stats(s.registry.pool.stats()),
+            "hot": cast(HotStats, s.registry.pool.stats()._asdict()),
             "cold": {"capacity": kv.cold_capacity, "free": free,
                      "used": kv.cold_capacity - free, "usage": kv.usage},
             "prefixes": {st.value: states.count(st) for st in PrefixState},
-            "hits": {"hits": kv.hot_counters.hits, "hit_tokens": kv.hot_counters.hit_tokens,
-                     "cold_fallbacks": kv.hot_counters.cold_fallbacks},
+            "hits": cast(HitStats, dataclasses.asdict(kv.hot_counters)),
             "events": dict(s.granikv_events),
             "evictions": s.registry.evictions,
             "compactions": s.registry.compactions,
