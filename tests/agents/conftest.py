@@ -1,5 +1,6 @@
-"""A run or thread store on each backend: a SQLite file, or a fresh database on a real
-PostgreSQL server (one server for the session, from the ``pgserver`` wheel)."""
+"""A run or thread store (``store_url``) on each backend: a SQLite file, or a fresh
+database on a real PostgreSQL server (one server for the session, from the ``pgserver``
+wheel)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +18,11 @@ from langchain_core.messages import AIMessage
 
 from granikv_agents.team import Team
 from granikv_agents.threads.executor import Conflict, Forbidden, ThreadExecutor
-from tests.agents.threads_kit import context_with, own_team, postgres_server, script
+from tests.agents.threads_kit import context_with, own_team, script
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = own_team("granikv_agents.examples.approve:graph")
 TOOLS = own_team("granikv_agents.examples.tools:graph")
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    yield from postgres_server()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "threads.sqlite")
-    return str(request.getfixturevalue("pg_url"))
 
 
 def assistants(team: str) -> dict[str, Team]:
@@ -207,21 +195,21 @@ async def _list_runs_pages_in_the_database(url: str) -> None:
         assert pages[0][0]["run_id"] == "r-0990"  # newest first
 
 
-def test_interrupt_resumes_after_the_executor_restarted(url: str) -> None:
-    asyncio.run(_interrupt_resumes_after_the_executor_restarted(url))
+def test_interrupt_resumes_after_the_executor_restarted(store_url: str) -> None:
+    asyncio.run(_interrupt_resumes_after_the_executor_restarted(store_url))
 
 
-def test_tools_run_and_the_thread_continues(url: str) -> None:
-    asyncio.run(_tools_run_and_the_thread_continues(url))
+def test_tools_run_and_the_thread_continues(store_url: str) -> None:
+    asyncio.run(_tools_run_and_the_thread_continues(store_url))
 
 
-def test_cancel_join_busy_and_ownership(url: str) -> None:
-    asyncio.run(_cancel_join_busy_and_ownership(url))
+def test_cancel_join_busy_and_ownership(store_url: str) -> None:
+    asyncio.run(_cancel_join_busy_and_ownership(store_url))
 
 
-def test_list_runs_pages_in_the_database(url: str) -> None:
-    asyncio.run(_list_runs_pages_in_the_database(url))
+def test_list_runs_pages_in_the_database(store_url: str) -> None:
+    asyncio.run(_list_runs_pages_in_the_database(store_url))
 
 
-def test_resumes_after_the_executor_was_killed(url: str) -> None:
-    asyncio.run(_resumes_after_the_executor_was_killed(url))
+def test_resumes_after_the_executor_was_killed(store_url: str) -> None:
+    asyncio.run(_resumes_after_the_executor_was_killed(store_url))
