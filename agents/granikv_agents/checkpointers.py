@@ -12,6 +12,7 @@ run executor therefore flushes before it reports: a reported turn is in the chec
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,7 +28,9 @@ from granikv_agents.database import is_postgres
 class FlushedWrites(BaseCheckpointSaver[Any]):
     """A saver whose pending-write saves can be awaited (``flush``)."""
 
-    _saving: set[asyncio.Future[None]]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._saving: set[asyncio.Future[None]] = set()
 
     def aput_writes(  # type: ignore[override]  # a plain def: registered when LangGraph submits it
             self, config: RunnableConfig, writes: Any, task_id: str,
@@ -38,17 +41,14 @@ class FlushedWrites(BaseCheckpointSaver[Any]):
         except RuntimeError:  # the sync API, from another thread: nothing to track
             return save
         saving = asyncio.ensure_future(save)
-        if not hasattr(self, "_saving"):
-            self._saving = set()
         self._saving.add(saving)
         saving.add_done_callback(self._saving.discard)
         return _shielded(saving)
 
     async def flush(self) -> None:
         """Wait for every write save started so far (their errors are LangGraph's)."""
-        saving = getattr(self, "_saving", None)
-        if saving:
-            await asyncio.gather(*list(saving), return_exceptions=True)
+        if self._saving:
+            await asyncio.gather(*list(self._saving), return_exceptions=True)
 
 
 async def _shielded(saving: asyncio.Future[None]) -> None:
@@ -59,6 +59,7 @@ class SqliteSaver(FlushedWrites, AsyncSqliteSaver):
     pass
 
 
+@functools.cache
 def _postgres_saver() -> type[FlushedWrites]:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver  # a Postgres store only
 
