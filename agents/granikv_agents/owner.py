@@ -68,6 +68,7 @@ class StoreOwner:
     @classmethod
     async def _acquire_postgres(cls, url: str, deadline: float) -> StoreOwner:
         import psycopg  # only a Postgres store needs it
+        from psycopg.conninfo import conninfo_to_dict
 
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         try:
@@ -81,8 +82,10 @@ class StoreOwner:
                         "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
                         "AND objid = %s", (_PG_LOCK_KEY & 0xFFFFFFFF,))
                     holder = await cur.fetchone()
-                    raise StoreBusy(f"the run store {_redacted(url)} is owned by another "
-                                    f"executor (server pid {holder[0] if holder else 'unknown'})")
+                    db = conninfo_to_dict(url).get("dbname", "?")
+                    raise StoreBusy(f"the run store (Postgres database {db!r}) is owned by "
+                                    "another executor (server pid "
+                                    f"{holder[0] if holder else 'unknown'})")
                 await asyncio.sleep(0.5)
         except BaseException:
             await conn.close()
@@ -91,10 +94,3 @@ class StoreOwner:
 
     async def release(self) -> None:
         await self._release()
-
-
-def _redacted(url: str) -> str:
-    """The URL without its password."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    return f"{scheme}{sep}{creds.partition(':')[0]}{at}{host}" if at else url
