@@ -10,14 +10,16 @@
 # Prerequisites: vLLM 0.26.0 for CUDA with FlashInfer 0.6.14, Ray Serve 2.60, LangGraph,
 # and this project installed (`pip install -e .`: vLLM finds the GraniKV plugin through
 # its entry point in every process). The model is Llama-3.1-8B's shape with dummy weights
-# and this repository's tiny tokenizer (no download). Every side renders and tokenizes
+# and a tokenizer built from code as wide as its vocabulary (bench/word_tokenizer.py: every
+# id the dummy model emits decodes to a word; no download). Every side renders and tokenizes
 # with 8 threads (vLLM's renderer_num_workers; its default, 1, serializes the tokenizing
 # of every request's 16K-token context in the vllm serve sides). Environment: PYTHON (python3),
-# SERVE (the `serve` command), MODEL_DIR, PORT (8100), STREAM_BATCH_MS (0),
+# SERVE (the `serve` command), MODEL_DIR, PORT (8100), STREAM_BATCH_MS (0), STREAM_INTERVAL
+# (vLLM's stream_interval on every side: a request's tokens are sent every N; 1),
 # INGRESS_REPLICAS (2), START_TIMEOUT (600 s), PROCS (client processes, 4), RATE (every
 # workload in open loop, requests/s), OPEN_RATE (also W1-online in open loop at this
-# rate), WORDS_ONLY (1: generate only whole-word token ids, for dummy weights, see
-# bench/online.py; 0: any), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
+# rate), WORDS_ONLY (1: generate only whole-word token ids, see bench/online.py; 0, the
+# default: any), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
 # cache size instead of one profiled: for servers that share a GPU), HOT_SLOTS (100000),
 # GO_FILE (wait for this file before measuring: online_together.sh sets it), TIME_LIMIT
 # (seconds: cut each workload then, see bench/online.py), TEAM_TIMEOUT (600 s),
@@ -35,13 +37,20 @@ MODEL_DIR=${MODEL_DIR:-/tmp/granikv-llama-8b-dummy}
 PORT=${PORT:-8100}
 URL=http://127.0.0.1:$PORT
 mkdir -p "$out" "$MODEL_DIR"
-cp "${MODEL_JSON:-granikv_engine/bench/models/llama-3.1-8b.json}" "$MODEL_DIR/config.json"
-cp deploy/models/tiny-llama/tokenizer.json deploy/models/tiny-llama/tokenizer_config.json \
-   deploy/models/tiny-llama/special_tokens_map.json "$MODEL_DIR/"
+# sides started together share MODEL_DIR: every file is replaced whole, never rewritten
+put() { cp "$1" "$2.$$" && mv -f "$2.$$" "$2"; }
+put "${MODEL_JSON:-granikv_engine/bench/models/llama-3.1-8b.json}" "$MODEL_DIR/config.json"
+put deploy/models/tiny-llama/tokenizer_config.json "$MODEL_DIR/tokenizer_config.json"
+put deploy/models/tiny-llama/special_tokens_map.json "$MODEL_DIR/special_tokens_map.json"
+"$PY" -m granikv_engine.bench.word_tokenizer --out "$MODEL_DIR" \
+  --vocab-size "$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' \
+                 "$MODEL_DIR/config.json")" || exit 1
+STREAM_INTERVAL=${STREAM_INTERVAL:-1}
 
 DEFAULT_VLLM_ARGS="--load-format dummy --dtype bfloat16 --max-model-len 17408
   --enable-prefix-caching --gpu-memory-utilization ${GPU_MEM:-0.9} --max-num-seqs 256 --async-scheduling
-  --kernel-config {\"enable_flashinfer_autotune\":false} --renderer-num-workers 8"
+  --kernel-config {\"enable_flashinfer_autotune\":false} --renderer-num-workers 8
+  --stream-interval $STREAM_INTERVAL"
 KV_BYTES=$(python3 -c "print(int(float('${KV_GIB:-0}') * 2**30))")
 [ "$KV_BYTES" != 0 ] && DEFAULT_VLLM_ARGS="$DEFAULT_VLLM_ARGS --kv-cache-memory-bytes $KV_BYTES"
 read -r -a VLLM_ARGS <<<"$(echo ${ENGINE_ARGS:-$DEFAULT_VLLM_ARGS})"
@@ -67,7 +76,7 @@ platform)
       -e "s#INGRESS_REPLICAS#${INGRESS_REPLICAS:-2}#" -e "s#port: 8100#port: $PORT#" \
       -e "s#gpu_memory_utilization: 0.9#gpu_memory_utilization: ${GPU_MEM:-0.9}#" \
       -e "s#hot_slots: 100000#hot_slots: ${HOT_SLOTS:-100000}#" \
-      -e "s#renderer_num_workers: 8#renderer_num_workers: 8$( [ "$KV_BYTES" != 0 ] &&
+      -e "s#renderer_num_workers: 8#renderer_num_workers: 8\n          stream_interval: $STREAM_INTERVAL$( [ "$KV_BYTES" != 0 ] &&
           echo "\n          kv_cache_memory_bytes: $KV_BYTES")#" \
       "${PLATFORM_CONFIG:-granikv_engine/bench/online_configs/platform-gpu.yaml}" \
       >"$out/platform.yaml"
@@ -110,7 +119,7 @@ done
 echo "== $side server up in $(( $(date +%s) - t0 )) s"
 args=(--base-url "$URL" --side "$side" --tokenizer "$MODEL_DIR" --model llama-8b --out "$out"
       ${KEYS:+--api-keys-file "$KEYS"} --procs "${PROCS:-4}" --scale "${SCALE:-1}"
-      $( [ "${WORDS_ONLY:-1}" = 1 ] && echo --words-only) ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
+      $( [ "${WORDS_ONLY:-0}" = 1 ] && echo --words-only) ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
 if [ -n "${GO_FILE:-}" ]; then  # started together with other sides: measure when told
   touch "$out/up"
   until [ -e "$GO_FILE" ]; do sleep 1; done
