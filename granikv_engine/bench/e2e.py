@@ -28,6 +28,7 @@ from typing import Any
 from granikv_engine.bench.env import environment
 from granikv_engine.bench.timed import NO_CONTEXT, run_workload, run_workloads
 from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS
+from granikv_engine.vllm_plugin import installed
 
 MODELS = Path(__file__).parent / "models"
 EXT = "granikv_engine.vllm_plugin.worker.worker_ext.GraniKVWorkerExtension"
@@ -64,6 +65,7 @@ def engine_env(engine: str) -> dict[str, str]:
 def make_llm(model: str, engine: str, max_len: int, hot_slots: int, tiny: bool,
              extra: dict[str, Any], calibration: str = "", tp: int = 1,
              max_num_seqs: int = MAX_NUM_SEQS) -> Any:
+    installed.check()  # both sides: the stock engine's probes are control calls too
     os.environ.update(engine_env(engine))
     from vllm import LLM
 

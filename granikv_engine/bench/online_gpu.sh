@@ -37,6 +37,9 @@ MODEL_DIR=${MODEL_DIR:-/tmp/granikv-llama-8b-dummy}
 PORT=${PORT:-8100}
 URL=http://127.0.0.1:$PORT
 mkdir -p "$out" "$MODEL_DIR"
+if [ "$side" != stock ]; then  # vLLM must find GraniKV's entry point (see installed.py)
+  "$PY" -m granikv_engine.vllm_plugin.installed || { touch "$out/done"; exit 1; }
+fi
 # sides started together share MODEL_DIR: every file is replaced whole, never rewritten
 put() { cp "$1" "$2.$$" && mv -f "$2.$$" "$2"; }
 put "${MODEL_JSON:-granikv_engine/bench/models/llama-3.1-8b.json}" "$MODEL_DIR/config.json"

@@ -20,6 +20,7 @@ from granikv_engine.prefix_registry import (
     PrefixNotFound,
     default_prefix_id,
 )
+from granikv_engine.vllm_plugin.installed import not_loaded
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
 
 _ERRORS: dict[str, type[PrefixError]] = {
@@ -44,15 +45,24 @@ def _core_client(engine: Any) -> Any:
 def control(engine: Any, op: str, **args: Any) -> dict[str, Any]:
     """Synchronous control call on an ``LLM`` or ``LLMEngine``."""
     client = _core_client(engine)
-    if hasattr(client, "call_utility"):
-        return raise_for_error(client.call_utility("granikv_control", op, args))
-    return raise_for_error(client.engine_core.granikv_control(op, args))  # in-process
+    try:
+        if hasattr(client, "call_utility"):
+            reply = client.call_utility("granikv_control", op, args)
+        else:
+            reply = client.engine_core.granikv_control(op, args)  # in-process
+    except Exception as e:
+        raise not_loaded(e) or e from e
+    return raise_for_error(reply)
 
 
 async def acontrol(engine: Any, op: str, **args: Any) -> dict[str, Any]:
     """Control call on an ``AsyncLLM``."""
     client = _core_client(engine)
-    return raise_for_error(await client.call_utility_async("granikv_control", op, args))
+    try:
+        reply = await client.call_utility_async("granikv_control", op, args)
+    except Exception as e:
+        raise not_loaded(e) or e from e
+    return raise_for_error(reply)
 
 
 def register_params(team: str, prefix_id: str, pin: bool = True) -> SamplingParams:

@@ -32,6 +32,7 @@ from vllm.entrypoints.serve.utils.error_response import create_error_response
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
+from granikv_engine.vllm_plugin import installed
 from granikv_engine.vllm_plugin.client import acontrol, aregister
 from granikv_platform.context_frame import Frame, Spliced, frame_of, splice
 from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
@@ -143,6 +144,7 @@ class EngineHost:
         ``max_prompt_tokens``: refuse longer prompts (400) below max_model_len.
         ``frontend``: vLLM's front-end options (``config.frontend``: tool calling, chat
         template, ...) for its serving objects."""
+        installed.check()  # else vLLM starts a plain engine core, found out much later
         ea = AsyncEngineArgs(**engine_args)
         if vllm_config is None:
             vllm_config = make_vllm_config(engine_args)

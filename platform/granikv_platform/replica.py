@@ -55,12 +55,16 @@ class LLMReplica:
         self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed,
                                              self.cfg.limits.max_prompt_tokens,
                                              self.cfg.frontend)
-        self.engine.calls = self.calls
-        self.sync = PrefixSync(self.engine, self.hub)
-        self.inflight = 0
-        await self._seed_team_contexts()
-        await self.sync.reconcile(force=True)
-        await self._report()
+        try:  # a replica that fails to start leaves no engine (nor its GPU memory) behind
+            self.engine.calls = self.calls
+            self.sync = PrefixSync(self.engine, self.hub)
+            self.inflight = 0
+            await self._seed_team_contexts()
+            await self.sync.reconcile(force=True)
+            await self._report()
+        except BaseException:
+            self._shutdown_engine()
+            raise
         self._loop = asyncio.create_task(self._background())
         logger.info("GraniKV replica %s ready", self.replica_id)
 
@@ -230,11 +234,20 @@ class LLMReplica:
                 **await self.engine.stats()}
 
     async def __del__(self) -> None:
-        self._loop.cancel()
+        """Also runs after a failed ``__init__``: only what was made is undone."""
+        loop: asyncio.Task[None] | None = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.cancel()
         try:
-            await self.hub.forget(self.replica_id)
+            if hasattr(self, "hub"):
+                await self.hub.forget(self.replica_id)
         finally:
-            self.engine.shutdown()
+            self._shutdown_engine()
+
+    def _shutdown_engine(self) -> None:
+        engine: EngineHost | None = self.__dict__.pop("engine", None)
+        if engine is not None:
+            engine.shutdown()
 
     # ---- internals ----------------------------------------------------------------
     async def _view(self, spec: PrefixSpec) -> dict[str, Any]:
