@@ -68,6 +68,11 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(f"{_CORE}:get_request_block_hasher", "wraps (module)", "core.engine_hooks",
              ("hash_block_size", "caching_hash_fn")),
     Internal(f"{_CORE}:EngineCore", "adds granikv_control", "core.engine_hooks"),
+    Internal(f"{_CORE}:EngineCoreProc.run_busy_loop", "wraps (class)", "core.parent_watch",
+             ("self",)),
+    Internal(f"{_CORE}:DPEngineCoreProc.run_busy_loop", "wraps (class)",
+             "core.parent_watch", ("self",)),
+    Internal(f"{_CORE}:EngineCore.vllm_config", "reads", "core.parent_watch"),
     # engine core: scheduler and KV-cache manager
     Internal("vllm.v1.core.sched.scheduler:Scheduler._free_request", "subclasses",
              "core.scheduler", ("self", "request", "delay_free_blocks")),
@@ -167,10 +172,11 @@ def apply() -> None:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     from granikv_engine.vllm_plugin import enable
-    from granikv_engine.vllm_plugin.core import engine_hooks
+    from granikv_engine.vllm_plugin.core import engine_hooks, parent_watch
 
     register_backend(AttentionBackendEnum.CUSTOM, enable.BACKEND)
     engine_hooks.install()
+    parent_watch.install()
     _hook_platform(type(current_platform))
     _hook_model_runner()
 
