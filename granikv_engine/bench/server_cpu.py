@@ -1,0 +1,137 @@
+"""CPU time per streamed token of each process of a server, for one workload (Linux).
+
+Throughput on a GPU says *whether* a server keeps up with its engine; this says *which
+process pays* for each token, and can be measured anywhere the server runs, a CPU
+machine included. It runs one closed-loop workload of ``bench/online.py`` against a
+running server and reads, before and after, the CPU time (user + system, from
+``/proc/PID/stat``) of every process whose command line matches one of the named
+patterns (a Ray actor's process title, ``ServeReplica:APP:DEPLOYMENT``, or vLLM's
+``EngineCore``), then divides by the tokens streamed:
+
+    python -m granikv_engine.bench.server_cpu --base-url http://127.0.0.1:8100 \\
+        --side platform --api-keys-file KEYS --tokenizer MODEL_DIR --model NAME \\
+        --team team0 --context-tokens 1000 --agents 32 --own-tokens 50 --gen-tokens 200 \\
+        --proc replica='ServeReplica:.*-llm' --proc engine_core=EngineCore \\
+        --proc ingress='ServeReplica:.*-ingress' --proc proxy=ProxyActor --out FILE.json
+
+A pattern that matches several processes sums them; one that matches none is an error
+(a misnamed process would otherwise read as free). The numbers are CPU seconds on the
+machine that ran them: compare settings on one machine, not machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from granikv_engine.bench import online
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def processes(pattern: str) -> list[int]:
+    """PIDs whose command line (NUL-separated, as a title or argv) matches ``pattern``."""
+    rx = re.compile(pattern)
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if rx.search(cmd):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (all its threads), in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def snapshot(groups: dict[str, list[int]]) -> dict[str, float]:
+    return {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
+
+
+def measure(target: online.Target, work: online.Workload,
+            patterns: dict[str, str]) -> dict[str, Any]:
+    groups = {name: processes(rx) for name, rx in patterns.items()}
+    missing = [f"{name}={patterns[name]}" for name, pids in groups.items() if not pids]
+    if missing:
+        raise SystemExit(f"no process matches {', '.join(missing)}")
+    online.run(target, work, procs=1)  # once unmeasured: contexts set, every path warm
+    before, t0 = snapshot(groups), time.perf_counter()
+    out = online.run(target, work, procs=1)  # (sets the same contexts again: a few ms)
+    after, wall = snapshot(groups), time.perf_counter() - t0
+    tokens = out["summary"]["output_tokens"]
+    used = {name: after[name] - before[name] for name in groups}
+    return {
+        "workload": {"contexts": {t: len(c.split()) for t, c in work.contexts.items()},
+                     "requests": len(work.turns),
+                     "gen_tokens": sorted({t.gen_tokens for t in work.turns})},
+        "processes": {name: {"pattern": patterns[name], "pids": groups[name],
+                             "cpu_s": round(used[name], 3),
+                             "cpu_ms_per_token": round(1e3 * used[name] / max(tokens, 1), 4),
+                             "busy_of_wall": round(used[name] / wall, 3)}
+                      for name in groups},
+        "output_tokens": tokens, "wall_s": round(wall, 3),
+        "summary": out["summary"],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--side", choices=online.SIDES, required=True)
+    p.add_argument("--tokenizer", type=Path, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--api-keys-file", type=Path)
+    p.add_argument("--team", default="team0")
+    p.add_argument("--context-tokens", type=int, default=1000)
+    p.add_argument("--agents", type=int, default=32)
+    p.add_argument("--own-tokens", type=int, default=50)
+    p.add_argument("--gen-tokens", type=int, default=200)
+    p.add_argument("--proc", action="append", default=[], metavar="NAME=REGEX",
+                   help="a process group to measure (repeatable)")
+    p.add_argument("--label", default="")
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    patterns = dict(x.split("=", 1) for x in a.proc)
+    if not patterns:
+        p.error("name at least one --proc NAME=REGEX")
+    keys = {"": ""}
+    if a.api_keys_file:
+        keys |= {who.strip(): key.strip() for who, key in (
+            line.split(":", 1) for line in a.api_keys_file.read_text().splitlines()
+            if ":" in line and not line.lstrip().startswith("#"))}
+    words = online.word_pool(a.tokenizer / "tokenizer.json")
+    work = online.build("server-cpu", words, context_tokens=[a.context_tokens],
+                        agents_per_team=a.agents, own_tokens=a.own_tokens,
+                        gen_tokens=a.gen_tokens, teams=[a.team])
+    target = online.Target(a.base_url.rstrip("/"), a.side, a.model, keys)
+    result = measure(target, work, patterns)
+    result["label"] = a.label
+    result["command"] = "python -m granikv_engine.bench.server_cpu " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=1))
+    s = result["summary"]
+    print(f"== {a.label or a.side}: {result['output_tokens']} tokens, "
+          f"{s['output_tok_s']:.0f} tok/s, errors {s['errors']}")
+    for name, r in result["processes"].items():
+        print(f"   {name}: {r['cpu_ms_per_token']} ms CPU a token "
+              f"({r['busy_of_wall']:.0%} of one core, {len(r['pids'])} process(es))")
+
+
+if __name__ == "__main__":
+    main()
