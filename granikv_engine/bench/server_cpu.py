@@ -6,7 +6,8 @@ machine included. It runs one closed-loop workload of ``bench/online.py`` agains
 running server and reads, before and after, the CPU time (user + system, from
 ``/proc/PID/stat``) of every process whose command line matches one of the named
 patterns (a Ray actor's process title, ``ServeReplica:APP:DEPLOYMENT``, or vLLM's
-``EngineCore``), then divides by the tokens streamed:
+``EngineCore``), then divides by the tokens streamed; and the same per token without
+each process's idle load (measured for ``--idle-s`` seconds first):
 
     python -m granikv_engine.bench.server_cpu --base-url http://127.0.0.1:8100 \\
         --side platform --api-keys-file KEYS --tokenizer MODEL_DIR --model NAME \\
@@ -63,18 +64,25 @@ def snapshot(groups: dict[str, list[int]]) -> dict[str, float]:
     return {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
 
 
-def measure(target: online.Target, work: online.Workload,
-            patterns: dict[str, str]) -> dict[str, Any]:
+def measure(target: online.Target, work: online.Workload, patterns: dict[str, str],
+            idle_s: float = 10.0) -> dict[str, Any]:
+    """``idle_s``: first measure each process idle that long (background loops, stats
+    reports), so the per-token figure can leave that out (``net_ms_per_token``)."""
     groups = {name: processes(rx) for name, rx in patterns.items()}
     missing = [f"{name}={patterns[name]}" for name, pids in groups.items() if not pids]
     if missing:
         raise SystemExit(f"no process matches {', '.join(missing)}")
     online.run(target, work, procs=1)  # once unmeasured: contexts set, every path warm
+    idle0, t0 = snapshot(groups), time.perf_counter()
+    time.sleep(idle_s)
+    idle1, idle_wall = snapshot(groups), time.perf_counter() - t0
+    idle = {name: (idle1[name] - idle0[name]) / idle_wall for name in groups}
     before, t0 = snapshot(groups), time.perf_counter()
     out = online.run(target, work, procs=1)  # (sets the same contexts again: a few ms)
     after, wall = snapshot(groups), time.perf_counter() - t0
     tokens = out["summary"]["output_tokens"]
     used = {name: after[name] - before[name] for name in groups}
+    net = {name: max(0.0, used[name] - idle[name] * wall) for name in groups}
     return {
         "workload": {"contexts": {t: len(c.split()) for t, c in work.contexts.items()},
                      "requests": len(work.turns),
@@ -82,7 +90,9 @@ def measure(target: online.Target, work: online.Workload,
         "processes": {name: {"pattern": patterns[name], "pids": groups[name],
                              "cpu_s": round(used[name], 3),
                              "cpu_ms_per_token": round(1e3 * used[name] / max(tokens, 1), 4),
-                             "busy_of_wall": round(used[name] / wall, 3)}
+                             "busy_of_wall": round(used[name] / wall, 3),
+                             "idle_busy": round(idle[name], 4),
+                             "net_ms_per_token": round(1e3 * net[name] / max(tokens, 1), 4)}
                       for name in groups},
         "output_tokens": tokens, "wall_s": round(wall, 3),
         "summary": out["summary"],
@@ -103,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gen-tokens", type=int, default=200)
     p.add_argument("--proc", action="append", default=[], metavar="NAME=REGEX",
                    help="a process group to measure (repeatable)")
+    p.add_argument("--idle-s", type=float, default=10.0,
+                   help="measure the processes idle this long first")
     p.add_argument("--label", default="")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
@@ -119,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
                         agents_per_team=a.agents, own_tokens=a.own_tokens,
                         gen_tokens=a.gen_tokens, teams=[a.team])
     target = online.Target(a.base_url.rstrip("/"), a.side, a.model, keys)
-    result = measure(target, work, patterns)
+    result = measure(target, work, patterns, a.idle_s)
     result["label"] = a.label
     result["command"] = "python -m granikv_engine.bench.server_cpu " + " ".join(
         argv if argv is not None else sys.argv[1:])
@@ -129,8 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"== {a.label or a.side}: {result['output_tokens']} tokens, "
           f"{s['output_tok_s']:.0f} tok/s, errors {s['errors']}")
     for name, r in result["processes"].items():
-        print(f"   {name}: {r['cpu_ms_per_token']} ms CPU a token "
-              f"({r['busy_of_wall']:.0%} of one core, {len(r['pids'])} process(es))")
+        print(f"   {name}: {r['cpu_ms_per_token']} ms CPU a token, "
+              f"{r['net_ms_per_token']} without its idle load ({r['busy_of_wall']:.0%} of "
+              f"one core, idle {r['idle_busy']:.0%}; {len(r['pids'])} process(es))")
 
 
 if __name__ == "__main__":

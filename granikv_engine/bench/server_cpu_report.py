@@ -1,0 +1,84 @@
+"""Table, plot and JSON of ``bench/server_cpu.py`` runs, side by side.
+
+    python -m granikv_engine.bench.server_cpu_report --runs A.json B.json ... \\
+        --out docs/benchmarks --name NAME --date YYYY-MM-DD --commit SHA --machine TEXT
+
+writes NAME.md (CPU milliseconds per streamed token of each process, by run), NAME.json
+(the runs) and NAME.png (one bar group per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    names: list[str] = []
+    for r in runs:
+        names += [n for n in r["processes"] if n not in names]
+    head = "| run | tok/s | " + " | ".join(f"{n}: ms CPU / token (net of idle)"
+                                          for n in names) + " |"
+    rows = [head, "|" + "---|" * (2 + len(names))]
+    for r in runs:
+        procs = r["processes"]
+        cells = [f"{procs[n]['cpu_ms_per_token']} ({procs[n]['net_ms_per_token']})"
+                 if n in procs else "-" for n in names]
+        rows.append(f"| {r['label']} | {r['summary']['output_tok_s']:,.0f} | "
+                    + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = 0.0
+    ticks, labels = [], []
+    for r in runs:
+        procs = r["processes"]
+        for k, (name, p) in enumerate(procs.items()):
+            ax.bar(x + k, p["net_ms_per_token"], color=f"C{k}", label=name)
+        ticks.append(x + (len(procs) - 1) / 2)
+        labels.append(r["label"])
+        x += len(procs) + 1
+    handles, names = ax.get_legend_handles_labels()
+    seen = dict(zip(names, handles))
+    ax.legend(seen.values(), seen.keys(), fontsize=8)
+    ax.set_xticks(ticks, labels, fontsize=8)
+    ax.set_ylabel("CPU ms per streamed token (net of idle)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=Path, nargs="+", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--date", required=True)
+    p.add_argument("--commit", required=True)
+    p.add_argument("--machine", required=True)
+    a = p.parse_args(argv)
+    runs = [json.loads(f.read_text()) for f in a.runs]
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"{a.name}.json").write_text(json.dumps(
+        {"date": a.date, "commit": a.commit, "machine": a.machine, "runs": runs}, indent=1))
+    plot(runs, a.out / f"{a.name}.png")
+    commands = "\n".join(f"- `{r['command']}`" for r in runs)
+    (a.out / f"{a.name}.md").write_text(
+        f"# CPU time per streamed token, by process ({a.date})\n\n"
+        f"Machine: {a.machine}; commit `{a.commit}`. Each run: one closed-loop workload "
+        f"after an unmeasured one; CPU time (user + system) of each process during it, over "
+        f"the tokens streamed; in brackets, without the process's idle load (measured "
+        f"just before).\n\n{table(runs)}\n\n![CPU per token]({a.name}.png)\n\n"
+        f"Commands:\n\n{commands}\n")
+
+
+if __name__ == "__main__":
+    main()
