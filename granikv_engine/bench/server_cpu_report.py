@@ -40,12 +40,14 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
     x = 0.0
     ticks, labels = [], []
+    colors: dict[str, str] = {}  # one colour per process name across runs
     for r in runs:
         procs = r["processes"]
         for k, (name, p) in enumerate(procs.items()):
-            ax.bar(x + k, p["net_ms_per_token"], color=f"C{k}", label=name)
+            color = colors.setdefault(name, f"C{len(colors)}")
+            ax.bar(x + k, p["net_ms_per_token"], color=color, label=name)
         ticks.append(x + (len(procs) - 1) / 2)
-        labels.append(r["label"])
+        labels.append(r["label"].replace(", ", "\n"))
         x += len(procs) + 1
     handles, names = ax.get_legend_handles_labels()
     seen = dict(zip(names, handles))
