@@ -8,8 +8,9 @@
 # WORKLOADS defaults to "W1-online W3-online". The platform side also times one agent team
 # run of 32 reviewers (bench/online_team.py).
 # Prerequisites: vLLM 0.26.0 for CUDA with FlashInfer 0.6.14, Ray Serve 2.60, LangGraph,
-# and this project installed (`pip install -e .`: vLLM finds the GraniKV plugin through
-# its entry point in every process). The model is Llama-3.1-8B's shape with dummy weights
+# and this project installed into the Python that runs them (`python3 -m pip install
+# --no-deps -e .`: vLLM finds the GraniKV plugin through its entry point in every
+# process; the GraniKV sides check it first). The model is Llama-3.1-8B's shape with dummy weights
 # and a tokenizer built from code as wide as its vocabulary (bench/word_tokenizer.py: every
 # id the dummy model emits decodes to a word; no download). Every side renders and tokenizes
 # with 8 threads (vLLM's renderer_num_workers; its default, 1, serializes the tokenizing
