@@ -364,6 +364,16 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
             "ttft_s": dist(ttft), "tpot_s": dist(tpot), "itl_s": dist(itl), "e2e_s": dist(e2e)}
 
 
+def read_keys(path: Path) -> dict[str, str]:
+    """A keys file's ``team: key`` lines (``granikv keys`` writes them)."""
+    keys = {}
+    for line in path.read_text().splitlines():
+        if ":" in line and not line.lstrip().startswith("#"):
+            who, key = (x.strip() for x in line.split(":", 1))
+            keys[who] = key
+    return keys
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base-url", required=True)
@@ -389,12 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--label", default="")
     a = p.parse_args(argv)
-    keys = {"": a.api_key}
-    if a.api_keys_file:
-        for line in a.api_keys_file.read_text().splitlines():
-            if ":" in line and not line.lstrip().startswith("#"):
-                who, key = (x.strip() for x in line.split(":", 1))
-                keys[who] = key
+    keys = {"": a.api_key} | (read_keys(a.api_keys_file) if a.api_keys_file else {})
     words = word_pool(a.tokenizer / "tokenizer.json")
     allowed = word_ids(a.tokenizer / "tokenizer.json") if a.words_only else None
     target = Target(a.base_url.rstrip("/"), a.side, a.model, keys, allowed)

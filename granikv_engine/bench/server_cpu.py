@@ -121,11 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     patterns = dict(x.split("=", 1) for x in a.proc)
     if not patterns:
         p.error("name at least one --proc NAME=REGEX")
-    keys = {"": ""}
-    if a.api_keys_file:
-        keys |= {who.strip(): key.strip() for who, key in (
-            line.split(":", 1) for line in a.api_keys_file.read_text().splitlines()
-            if ":" in line and not line.lstrip().startswith("#"))}
+    keys = {"": ""} | (online.read_keys(a.api_keys_file) if a.api_keys_file else {})
     words = online.word_pool(a.tokenizer / "tokenizer.json")
     work = online.build("server-cpu", words, context_tokens=[a.context_tokens],
                         agents_per_team=a.agents, own_tokens=a.own_tokens,
