@@ -25,9 +25,6 @@ RUNS=${RUNS:-${TMPDIR:-/tmp}/granikv-bench}
 step=${1:?name a step}
 export PYTHONPATH=${SITE:+$SITE:}$PWD
 mkdir -p "$OUT" "$RUNS"
-# vLLM loads GraniKV in its engine core through the project's entry point: an importable
-# checkout is not enough (every step after `install` fails fast, with the fix, without it)
-[ "$step" = install ] || python3 -m granikv_engine.vllm_plugin.installed || exit 1
 
 gpu_tests() {  # LIMIT_S: the GPU tests (kernels, FULL-graph replay, engine vs stock)
   timeout "$1" python3 -m pytest tests/gpu -m gpu -q -s -p no:cacheprovider 2>&1 \

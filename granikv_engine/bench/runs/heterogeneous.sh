@@ -14,7 +14,6 @@ py=${PYTHON:-python3}
 run=${RUN_DIR:-/tmp/granikv-agents}
 limit=${LIMIT_S:-420}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-"$py" -m granikv_engine.vllm_plugin.installed || exit 1  # vLLM must find the plugin
 rm -rf "$run" && mkdir -p "$run" "$OUT"
 GRANIKV_BENCH_KV_GIB=${KV_GIB:-42} timeout $((limit + 30)) "$py" -m granikv_engine.bench.run \
   --out "$run" --phases "agents-granikv~agents-stock" --timeout "$limit" \
