@@ -13,6 +13,11 @@ app's own limits (conftest.LIMITS) cap generation at 64 tokens. What the fuzzer 
 (runs, prefixes, the fuzz team's context) is waited for and removed at the end, so the
 next tests find the pools as before. Cases are derandomized (the same each run) unless
 GRANIKV_FUZZ_SEED is set; GRANIKV_FUZZ_EXAMPLES scales the count.
+
+schemathesis's client stops reading an event stream after 20 events by default (and
+closes it, so the app cancels the request); here it reads up to ``MAX_STREAM_EVENTS``,
+more than the app's limits let one stream carry, so every stream is read to its end, and
+one that is still going at that point is itself a finding.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from tests.conftest import API_KEYS, APP, auth, stats, wait_until
+from tests.conftest import API_KEYS, APP, LIMITS, auth, stats, wait_until
 from tests.reliability.figures import record
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
@@ -35,6 +40,9 @@ EXAMPLES = int(os.environ.get("GRANIKV_FUZZ_EXAMPLES", "25"))
 SEED = os.environ.get("GRANIKV_FUZZ_SEED")
 OTHER_TEAM_EXAMPLES = 3
 RUN_BOUNDS = {"agents": 3, "rounds": 2, "max_tokens": 4}
+# the longest stream the app may send: every choice's role, tokens and finish, then the
+# usage and [DONE]; a run's event stream is far shorter under RUN_BOUNDS
+MAX_STREAM_EVENTS = 4 * (LIMITS["max_choices"] * (LIMITS["max_tokens"] + 2) + 2)
 
 
 def bound_run_spec(body: Any) -> None:
@@ -81,6 +89,9 @@ def well_formed(response: Any) -> str | None:
             return f"{status} with a malformed error: {err}"
         return None
     if ctype.startswith("text/event-stream"):
+        if response.stream_cut_short:
+            return (f"an event stream still going after {MAX_STREAM_EVENTS} events or the "
+                    f"client's timeout: {text[-200:]!r}")
         if "data: [DONE]" not in text and "event: end" not in text:
             return f"an event stream that did not finish: {text[-200:]!r}"
         if '"error"' in text and '"code": 5' in text:
@@ -116,6 +127,31 @@ def fuzz_case(op: Any, mode: Any, examples: int, label: str, team: str | None,
     return run
 
 
+def fuzzed_schema(base_url: str) -> Any:
+    import schemathesis
+    from schemathesis.config import SchemathesisConfig
+
+    config = SchemathesisConfig()
+    config.projects.default.max_stream_events = MAX_STREAM_EVENTS
+    return schemathesis.openapi.from_url(f"{base_url}/openapi.json", config=config,
+                                         timeout=30)
+
+
+def test_the_fuzzer_reads_the_longest_stream_to_its_end(base_url: str) -> None:
+    """The fuzzer's client, as configured here, reads a stream of the most tokens the
+    app allows to its end (schemathesis's default would close it after 20 events)."""
+    op = fuzzed_schema(base_url)["/teams/fuzz/v1/chat/completions"]["POST"]
+    body = {"model": "tiny-llama", "stream": True, "ignore_eos": True,
+            "n": LIMITS["max_choices"], "max_tokens": LIMITS["max_tokens"],
+            "messages": [{"role": "user", "content": "a long answer"}]}
+    response = op.Case(body=body).call(base_url=base_url, headers=auth("fuzz"), timeout=120)
+    assert response.status_code == 200, response.text
+    assert well_formed(response) is None, well_formed(response)
+    events = [x for x in response.text.split("\n\n") if x.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert len(events) > 20 + LIMITS["max_tokens"], len(events)
+
+
 def live_replicas() -> set[str]:
     import ray
 
@@ -124,10 +160,9 @@ def live_replicas() -> set[str]:
 
 
 def test_fuzz_the_openapi_document(base_url: str) -> None:
-    import schemathesis
     from schemathesis.generation.modes import GenerationMode
 
-    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json", timeout=30)
+    schema = fuzzed_schema(base_url)
     replicas_before = live_replicas()
     headers = auth("fuzz")
     statuses: Counter[str] = Counter()
