@@ -71,15 +71,24 @@ def _postgres_saver() -> type[FlushedWrites]:
 
 @asynccontextmanager
 async def open_checkpointer(url: str) -> AsyncIterator[FlushedWrites]:
+    """The saver on ``url``; on exit its write saves land before its connection closes."""
     if is_postgres(url):
         async with _postgres_saver().from_conn_string(url) as pg:  # type: ignore[attr-defined]
             await pg.setup()
-            yield pg
+            try:
+                yield pg
+            finally:
+                await pg.flush()
         return
     conn = await aiosqlite.connect(url)
+    saver = SqliteSaver(conn)
     try:
-        saver = SqliteSaver(conn)
         await saver.setup()
         yield saver
     finally:
-        await conn.close()
+        # A save between its INSERT and its COMMIT when the connection closes leaves a
+        # closed connection that still holds the file's write lock until the save's
+        # cursor is collected: the next executor on the file found it locked.
+        await saver.flush()
+        async with saver.lock:  # and no checkpoint save mid-statement
+            await conn.close()

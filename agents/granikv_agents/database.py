@@ -10,6 +10,8 @@ transaction (SQLite: ``BEGIN IMMEDIATE``, waiting for the checkpointer's writes)
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from contextlib import suppress
 from typing import Any, Protocol
 
 import aiosqlite
@@ -42,16 +44,17 @@ class SqliteDatabase:
     async def run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         async with self._lock:
             write = not sql.lstrip().upper().startswith("SELECT")
-            if write:
-                await self.conn.execute("BEGIN IMMEDIATE")
-            try:
+            try:  # BEGIN too: cancelled while awaited, it still runs on the connection
+                if write:
+                    await self.conn.execute("BEGIN IMMEDIATE")
                 async with self.conn.execute(sql, params) as cur:
                     rows = [tuple(r) for r in await cur.fetchall()]
                 if write:
                     await self.conn.execute("COMMIT")
             except BaseException:
                 if write:
-                    await self.conn.execute("ROLLBACK")
+                    with suppress(sqlite3.OperationalError):  # none open: BEGIN failed
+                        await self.conn.execute("ROLLBACK")
                 raise
             return rows
 

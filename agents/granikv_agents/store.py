@@ -74,8 +74,12 @@ class RunStore:
     @classmethod
     async def open(cls, url: str) -> RunStore:
         db = await open_database(url)
-        for statement in _SCHEMA:
-            await db.run(statement)
+        try:
+            for statement in _SCHEMA:
+                await db.run(statement)
+        except BaseException:
+            await db.close()  # aiosqlite's thread would keep the process alive
+            raise
         return cls(db)
 
     async def close(self) -> None:
