@@ -28,9 +28,14 @@ class DispatchCounters:
         self.plain_rows = 0  # rows with no HOT prefix
         self.graph_steps = 0  # steps cleared for FULL CUDA graphs
         self.graph_cascade_steps = 0  # of those, steps with a cascade group (graph form)
+        self.group_sizes = Counter[str]()  # "<size bucket>/<backend>" -> HOT groups
+        self.step_kinds = Counter[str]()  # "<decode|mixed>/<full|piecewise>" -> steps
 
     def record(self, choices: Iterable[Choice], group_rows: Iterable[int],
-               num_rows: int) -> None:
+               num_rows: int, mixed: bool = False, full_graph: bool = False) -> None:
+        """One planned step: its HOT groups' choices and sizes, its rows; ``mixed``: it
+        holds prefill (a row with more than one query token); ``full_graph``: cleared
+        for a FULL CUDA graph."""
         self.steps += 1
         grouped = 0
         for c, rows in zip(choices, group_rows):
@@ -38,14 +43,24 @@ class DispatchCounters:
             self.rows[c.backend.value] += rows
             self.regimes[c.regime.value] += 1
             self.sources[c.source] += 1
+            self.group_sizes[f"{size_bucket(rows)}/{c.backend.value}"] += 1
             grouped += rows
         self.plain_rows += num_rows - grouped
+        self.step_kinds[f"{'mixed' if mixed else 'decode'}/"
+                        f"{'full' if full_graph else 'piecewise'}"] += 1
 
     def snapshot(self) -> DispatchSnapshot:
         return {"steps": self.steps, "groups": dict(self.groups), "rows": dict(self.rows),
                 "regimes": dict(self.regimes), "sources": dict(self.sources),
                 "plain_rows": self.plain_rows, "graph_steps": self.graph_steps,
-                "graph_cascade_steps": self.graph_cascade_steps}
+                "graph_cascade_steps": self.graph_cascade_steps,
+                "group_sizes": dict(self.group_sizes), "step_kinds": dict(self.step_kinds)}
+
+
+def size_bucket(rows: int) -> int:
+    """The power of two a group of ``rows`` rows is counted under: the smallest one that
+    is not below it (1, 2, 4, 8, ...)."""
+    return 1 << max(rows - 1, 0).bit_length()
 
 
 class DispatchSnapshot(TypedDict):
@@ -60,6 +75,8 @@ class DispatchSnapshot(TypedDict):
     plain_rows: int
     graph_steps: int
     graph_cascade_steps: int
+    group_sizes: dict[str, int]  # "<size bucket>/<backend>" -> HOT groups (size_bucket)
+    step_kinds: dict[str, int]  # "<decode|mixed>/<full|piecewise>" -> steps
 
 
 class PrefixRecordView(TypedDict):

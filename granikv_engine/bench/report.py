@@ -195,6 +195,30 @@ def step_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+STEP_KINDS = ("decode/full", "decode/piecewise", "mixed/full", "mixed/piecewise")
+
+
+def dispatch_table(runs: list[dict[str, Any]]) -> str:
+    """The dispatcher's choices by HOT group size, and the steps by kind: decode-only or
+    mixed with prefill, replayed in a FULL CUDA graph or run piecewise ("" if no run
+    counted them)."""
+    rs = [r for run in runs for r in run["results"]
+          if (r.get("dispatch") or {}).get("group_sizes") is not None]
+    lines = ["| engine | workload | steps: " + " / ".join(STEP_KINDS) + " | HOT groups by "
+             "size (rows up to): cascade / paged |", "|" + "---|" * 4]
+    for r in rs:
+        d = r["dispatch"]
+        kinds = " / ".join(str(d.get("step_kinds", {}).get(k, 0)) for k in STEP_KINDS)
+        by: dict[int, dict[str, int]] = {}
+        for key, n in d["group_sizes"].items():
+            size, backend = key.split("/")
+            by.setdefault(int(size), {})[backend] = n
+        sizes = ", ".join(f"{size}: {c.get('cascade', 0)} / {c.get('paged', 0)}"
+                          for size, c in sorted(by.items()))
+        lines.append(f"| {r['engine']} | {r['workload']} | {kinds} | {sizes or '-'} |")
+    return "\n".join(lines) if rs else ""
+
+
 def seqs_table(runs: list[dict[str, Any]]) -> str:
     """Every result of the workloads run at more than one max_num_seqs ("" if none)."""
     rs = [r for run in runs for r in run["results"]]
@@ -286,6 +310,8 @@ def main() -> None:
             + "".join(f"- `{c}`\n" for c in cmds) + "\n" + table + "\n\n## Per step\n\n"
             + step_table(runs) + "\n"
             + "".join(f"\n## {title}\n\n{body}\n" for title, body in (
+                ("The dispatcher's choices by group size, steps by kind",
+                 dispatch_table(runs)),
                 ("Ceilings, measured", ceiling_table(runs)),
                 ("Multi-turn agents, turn by turn", turns_table(runs))) if body)
             + ("\n## Each engine's max_num_seqs\n\nThe workloads run at more than one "

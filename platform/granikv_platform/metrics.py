@@ -27,7 +27,8 @@ _NO_COLD: ColdStats = {"capacity": 0, "free": 0, "used": 0, "usage": 0.0}
 _NO_HITS: HitStats = {"hits": 0, "hit_tokens": 0, "cold_fallbacks": 0}
 _NO_DISPATCH: DispatchSnapshot = {"steps": 0, "groups": {}, "rows": {}, "regimes": {},
                                   "sources": {}, "plain_rows": 0, "graph_steps": 0,
-                                  "graph_cascade_steps": 0}
+                                  "graph_cascade_steps": 0, "group_sizes": {},
+                                  "step_kinds": {}}
 
 
 class _Families:
@@ -115,6 +116,11 @@ def _dispatch(f: _Families, labels: Mapping[str, str], d: DispatchSnapshot) -> N
     for source, n in d["sources"].items():
         f.add("counter", "granikv_dispatch_sources", "Choices by source of the decision.",
               labels, n, {"source": source})
+    for key, n in d.get("group_sizes", {}).items():
+        size, backend = key.split("/")
+        f.add("counter", "granikv_dispatch_group_sizes",
+              "HOT groups by size (rows, rounded up to a power of two) and chosen backend.",
+              labels, n, {"size": size, "backend": backend})
     steps, graphs, cascade = d["steps"], d["graph_steps"], d["graph_cascade_steps"]
     for mode, n in (("full_cascade", cascade), ("full_paged", graphs - cascade),
                     ("piecewise", steps - graphs)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from granikv_engine.bench.report import e2e_table, seqs_table, step_table
+from granikv_engine.bench.report import dispatch_table, e2e_table, seqs_table, step_table
 
 
 def _result(engine: str, workload: str, tok_s: float, seqs: int | None) -> dict[str, Any]:
@@ -104,3 +104,12 @@ def test_the_tables_give_each_workload_its_ceiling_and_share_of_it() -> None:
     assert turns == [
         ["W7", "1", "900", "2,700", "3.00x", "3,800", "71%", "1.00 / 2.00", "0.50 / 1.00"],
         ["W7", "2", "1,100", "3,150", "2.86x", "4,200", "75%", "2.00 / 4.00", "0.25 / 0.50"]]
+
+
+def test_dispatch_table_shows_choices_by_group_size_and_steps_by_kind() -> None:
+    assert dispatch_table(RUNS) == ""  # no run counted group sizes
+    r = _result("granikv", "W6", 9000, 256)
+    r["dispatch"].update(group_sizes={"256/cascade": 40, "4/paged": 7, "4/cascade": 2},
+                         step_kinds={"decode/full": 90, "mixed/piecewise": 10})
+    (row,) = _rows(dispatch_table([{"results": [r, _result("stock", "W6", 4000, 256)]}]))
+    assert row == ["granikv", "W6", "90 / 0 / 0 / 10", "4: 2 / 7, 256: 40 / 0"]

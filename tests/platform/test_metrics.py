@@ -22,7 +22,8 @@ REPORT: dict[str, Any] = {
         "dispatch": {"steps": 7, "groups": {"paged": 5, "cascade": 2},
                      "rows": {"paged": 5, "cascade": 9}, "regimes": {"memory": 7},
                      "sources": {"roofline": 7}, "plain_rows": 0, "graph_steps": 5,
-                     "graph_cascade_steps": 2}},
+                     "graph_cascade_steps": 2, "group_sizes": {"8/cascade": 2, "1/paged": 5},
+                     "step_kinds": {"decode/full": 5, "mixed/piecewise": 2}}},
     "frontend": {"running": 4, "waiting": 1, "kv_cache_usage": 0.25, "prompt_tokens": 900,
                  "generation_tokens": 160, "generation_tokens_per_s": 12.5},
 }
@@ -54,6 +55,8 @@ def test_render_reports_every_family() -> None:
     assert at("granikv_prefix_misses_total", reason="prompt_logprobs") == 3
     assert at("granikv_dispatch_groups_total", backend="cascade") == 2
     assert at("granikv_dispatch_regimes_total", regime="memory") == 7
+    assert at("granikv_dispatch_group_sizes_total", size="8", backend="cascade") == 2
+    assert at("granikv_dispatch_group_sizes_total", size="1", backend="paged") == 5
     assert at("granikv_dispatch_graph_steps_total", mode="full_cascade") == 2
     assert at("granikv_dispatch_graph_steps_total", mode="full_paged") == 3
     assert at("granikv_dispatch_graph_steps_total", mode="piecewise") == 2

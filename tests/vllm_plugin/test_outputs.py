@@ -43,6 +43,11 @@ def test_several_teams_prefill_decode_and_plain_requests_in_one_batch(
     dispatch = control(gk_llm, "stats")["dispatch"]
     assert dispatch["groups"].get("cascade", 0) > 0 and dispatch["groups"].get("paged", 0) > 0
     assert dispatch["host_block_table"] >= 1  # steps were planned without a device sync
+    # every group counted by its size, every step by its kind; this batch had prefill
+    assert sum(dispatch["group_sizes"].values()) == sum(dispatch["groups"].values())
+    assert sum(dispatch["step_kinds"].values()) == dispatch["steps"]
+    assert any(k.startswith("mixed/") for k in dispatch["step_kinds"])
+    assert any(k.startswith("decode/") for k in dispatch["step_kinds"])
 
 
 def test_prompt_match_binds_without_an_id(stock_llm: Any, gk_llm: Any) -> None:

@@ -129,7 +129,8 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
             self.counters.graph_steps += 1
             self.counters.graph_cascade_steps += any(c.backend is Backend.CASCADE
                                                      for c in choices)
-        self.counters.record(choices, (len(g.rows) for g in plan.groups), b)
+        self.counters.record(choices, (len(g.rows) for g in plan.groups), b,
+                             mixed=cam.max_query_len > 1, full_graph=graph_step)
         backends = [c.backend for c in choices]
         if bufs is not None and graph_form:
             kplan = self._with_dense_schedule(self._with_schedule(bufs.lower(plan, backends),
