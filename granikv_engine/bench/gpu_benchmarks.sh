@@ -4,7 +4,7 @@
 #
 #   OUT=DIR bash granikv_engine/bench/gpu_benchmarks.sh STEP
 #   STEP: install | tests | gate | llama | w2 | qwen | w1-profile | w1-stack |
-#         attribution | stock-cascade | fast-alloc
+#         attribution | stock-cascade | fast-alloc | cascade-split
 #
 # Prerequisites:
 # - one NVIDIA GPU with about 140 GB of memory (the tables in docs/benchmarks/ come from
@@ -96,6 +96,10 @@ qwen)  # W4 (Qwen2.5-14B): two engines of 14B with 40 GiB of KV each do not fit 
   timeout 590 python3 -m granikv_engine.bench.run --out "$RUNS/qwen" \
     --phases "w4-stock,w4-granikv" --timeout 290 | grep -E "^==|tok/s"
   cp "$RUNS"/qwen/*.json "$RUNS"/qwen/*.log "$OUT/"
+  ;;
+cascade-split)  # the cascade layer of a decode step launch by launch, and the context
+  # pass at several split counts (bench/cascade_split.py)
+  timeout 400 python3 -m granikv_engine.bench.cascade_split --out "$OUT" | tail -12
   ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac
