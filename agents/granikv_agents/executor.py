@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, asynccontextmanager, suppress
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -30,6 +30,7 @@ from langgraph.runtime import RunControl
 from granikv_agents.binding import LLMCallError, TeamBackend
 from granikv_agents.checkpointers import FlushedWrites, open_checkpointer
 from granikv_agents.events import unreported_events, update_events
+from granikv_agents.follow import follow
 from granikv_agents.graph import RetryConfig, RunContext, build_graph
 from granikv_agents.owner import StoreOwner
 from granikv_agents.spec import TeamSpec
@@ -135,18 +136,10 @@ class RunExecutor:
     async def events(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent]:
         """The run's events after ``after``, then new ones live until it stops."""
         await self.record(run_id)
-        while True:
-            running = run_id in self._tasks
-            batch = await self.store.events(run_id, after)
-            for ev in batch:
+        async for ev in follow(self.store, run_id, after, lambda: run_id in self._tasks,
+                               self._wake, 1.0):
+            if ev is not None:
                 yield ev
-                after = ev.seq
-            if not batch and not running:
-                return
-            if not batch:
-                async with self._wake:
-                    with suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), 1.0)
 
     async def stop(self, drain_s: float) -> None:
         """Stop at the next superstep boundary (the turns in flight finish and are saved);

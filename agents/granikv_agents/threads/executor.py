@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from granikv_agents.checkpointers import open_checkpointer
 from granikv_agents.database import open_database
+from granikv_agents.follow import follow
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import team_graph
 from granikv_agents.team import Team
@@ -185,20 +186,9 @@ class ThreadExecutor:
         """The run's events after ``after``, then live ones until it ends; None is a
         keep-alive ping (nothing new for ``ping_s``)."""
         await self.run(team, thread_id, run_id)
-        while True:
-            running = run_id in self._tasks
-            batch = await self.store.events(run_id, after)
-            for ev in batch:
-                yield ev
-                after = ev.seq
-            if not batch and not running:
-                return
-            if not batch:
-                async with self._wake:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), ping_s)
-                    except TimeoutError:
-                        yield None
+        async for ev in follow(self.store, run_id, after, lambda: run_id in self._tasks,
+                               self._wake, ping_s):
+            yield ev
 
     async def stop(self) -> None:
         """Cancel the runs in flight; they stay pending and the next executor resumes
