@@ -8,11 +8,13 @@ crashed (the same LLM and ingress replicas are alive) and the engine still answe
 Other teams' routes are fuzzed briefly (they must all be 403 for this key).
 
 Two bounds keep the run short, both written here: runs the fuzzer starts (POST
-/teams/fuzz/runs) are cut to at most 3 agents, 2 rounds and 4 tokens a turn, and the
-app's own limits (conftest.LIMITS) cap generation at 64 tokens. What the fuzzer made
-(runs, prefixes, the fuzz team's context) is waited for and removed at the end, so the
-next tests find the pools as before. Cases are derandomized (the same each run) unless
-GRANIKV_FUZZ_SEED is set; GRANIKV_FUZZ_EXAMPLES scales the count.
+/teams/fuzz/runs) are cut to at most 3 agents, 2 rounds and 4 tokens a turn, and a chat
+or completion that names no ``max_tokens`` is given the app's limit (conftest.LIMITS: 64
+tokens; a request may not ask for more), since without one vLLM generates up to
+``max_model_len`` (as ``vllm serve`` does: tests/platform/test_openai_surface.py).
+What the fuzzer made (runs, prefixes, the fuzz team's context) is waited for and removed
+at the end, so the next tests find the pools as before. Cases are derandomized (the same
+each run) unless GRANIKV_FUZZ_SEED is set; GRANIKV_FUZZ_EXAMPLES scales the count.
 
 schemathesis's client stops reading an event stream after 20 events by default (and
 closes it, so the app cancels the request); here it reads up to ``MAX_STREAM_EVENTS``,
@@ -63,6 +65,12 @@ def bound_run_spec(body: Any) -> None:
         limits["rounds"] = min(limits["rounds"], 2) if isinstance(limits.get("rounds"),
                                                                    int) else 1
         limits["max_tokens"] = RUN_BOUNDS["max_tokens"]
+
+
+def bound_generation(body: Any) -> None:
+    """A chat or completion body without ``max_tokens``: the app's limit (64 tokens)."""
+    if isinstance(body, dict) and not {"max_tokens", "max_completion_tokens"} & set(body):
+        body["max_tokens"] = LIMITS["max_tokens"]
 
 
 def header(response: Any, name: str) -> str:
@@ -116,6 +124,8 @@ def fuzz_case(op: Any, mode: Any, examples: int, label: str, team: str | None,
     def run(case: Any) -> None:
         if case.path.endswith("/runs") and case.method.upper() == "POST":
             bound_run_spec(case.body)
+        if case.path.endswith("completions") and case.method.upper() == "POST":
+            bound_generation(case.body)
         response = case.call(base_url=base_url, headers=headers, timeout=120)
         statuses[str(response.status_code)] += 1
         why = well_formed(response)
