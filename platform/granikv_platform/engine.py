@@ -20,8 +20,6 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.openai.api_server import init_app_state
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ErrorResponse
 from vllm.entrypoints.serve.tokenize.protocol import (
     DetokenizeRequest,
@@ -37,6 +35,7 @@ from granikv_engine.vllm_plugin.client import acontrol, aregister
 from granikv_platform.context_frame import Frame, Spliced, frame_of, splice
 from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
 from granikv_platform.frontend import frontend_namespace
+from granikv_platform.openai_bodies import ChatCompletionRequest, CompletionRequest
 from granikv_platform.protocol import (
     Item,
     JsonItem,

@@ -56,6 +56,18 @@ def test_streamed_tool_calls_arrive_as_deltas(client: Client) -> None:
     assert "get_weather" in names, deltas
 
 
+def test_a_body_that_breaks_vllms_validator_is_a_422(client: Client) -> None:
+    """An assistant message whose tool_calls is a number: vLLM's own request model raises
+    TypeError on it (``vllm serve`` answers 500); here it is an invalid body, on the
+    OpenAI route and on a team's."""
+    body = {"model": MODEL, "max_tokens": 2, "messages": [
+        {"role": "assistant", "content": "x", "tool_calls": 5}]}
+    for path in ("/v1/chat/completions", "/teams/red/v1/chat/completions"):
+        r = client("red").post(path, json=body)
+        assert r.status_code == 422, (path, r.status_code, r.text)
+        assert "invalid request body" in r.json()["error"]["message"], r.text
+
+
 def test_a_request_without_max_tokens_gets_vllms_default(client: Client) -> None:
     """No max_tokens: vLLM's default, as from ``vllm serve`` (a chat: what fits in
     max_model_len after the prompt; a completion: OpenAI's 16), not limits.max_tokens

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from starlette.responses import Response
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ModelCard, ModelList
 
 from granikv_platform.config import PlatformConfig
 from granikv_platform.deps import CurrentIngress, OptionalTeam, RawBody
 from granikv_platform.errors import ApiError
 from granikv_platform.identity import bind_body
+from granikv_platform.openai_bodies import ChatCompletionRequest, CompletionRequest
 
 
 def model_card(cfg: PlatformConfig) -> ModelCard:

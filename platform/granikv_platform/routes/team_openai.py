@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from starlette.responses import Response
-from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ModelCard
 
 from granikv_platform.config import PlatformConfig, TeamConfig
 from granikv_platform.deps import CurrentIngress, RawBody
 from granikv_platform.identity import bind_body
+from granikv_platform.openai_bodies import CompletionRequest
 from granikv_platform.routes.openai import find_model
 
 

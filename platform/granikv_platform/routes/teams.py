@@ -14,13 +14,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header
 from starlette.responses import Response
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.engine.protocol import ModelList
 
 from granikv_platform.answers import answer
 from granikv_platform.config import PlatformConfig, TeamConfig
 from granikv_platform.deps import CurrentIngress, RawBody
 from granikv_platform.names import CONTEXT_HEADER
+from granikv_platform.openai_bodies import ChatCompletionRequest
 from granikv_platform.routes.openai import model_list
 from granikv_platform.schemas import TeamContext, TeamContextIn
 
