@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TypedDict
 
-from granikv_engine.dispatcher import Choice
+from granikv_engine.dispatcher import Backend, Choice
 
 
 class DispatchCounters:
@@ -38,14 +38,19 @@ class DispatchCounters:
         for a FULL CUDA graph."""
         self.steps += 1
         grouped = 0
+        cascade = False
         for c, rows in zip(choices, group_rows):
             self.groups[c.backend.value] += 1
             self.rows[c.backend.value] += rows
             self.regimes[c.regime.value] += 1
             self.sources[c.source] += 1
-            self.group_sizes[f"{size_bucket(rows)}/{c.backend.value}"] += 1
+            self.group_sizes[size_key(rows, c.backend.value)] += 1
             grouped += rows
+            cascade |= c.backend is Backend.CASCADE
         self.plain_rows += num_rows - grouped
+        if full_graph:
+            self.graph_steps += 1
+            self.graph_cascade_steps += cascade
         self.step_kinds[f"{'mixed' if mixed else 'decode'}/"
                         f"{'full' if full_graph else 'piecewise'}"] += 1
 
@@ -61,6 +66,17 @@ def size_bucket(rows: int) -> int:
     """The power of two a group of ``rows`` rows is counted under: the smallest one that
     is not below it (1, 2, 4, 8, ...)."""
     return 1 << max(rows - 1, 0).bit_length()
+
+
+def size_key(rows: int, backend: str) -> str:
+    """``group_sizes``' key of a group of ``rows`` rows on ``backend``."""
+    return f"{size_bucket(rows)}/{backend}"
+
+
+def parse_size_key(key: str) -> tuple[int, str]:
+    """(size bucket, backend) of a ``group_sizes`` key."""
+    size, backend = key.split("/")
+    return int(size), backend
 
 
 class DispatchSnapshot(TypedDict):

@@ -12,6 +12,7 @@ from typing import Any
 
 from granikv_engine.bench.ceiling import CONTEXT_FLOPS, HBM_BYTES_S
 from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS, Workload
+from granikv_engine.stats import parse_size_key
 
 
 def load(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -211,8 +212,8 @@ def dispatch_table(runs: list[dict[str, Any]]) -> str:
         kinds = " / ".join(str(d.get("step_kinds", {}).get(k, 0)) for k in STEP_KINDS)
         by: dict[int, dict[str, int]] = {}
         for key, n in d["group_sizes"].items():
-            size, backend = key.split("/")
-            by.setdefault(int(size), {})[backend] = n
+            size, backend = parse_size_key(key)
+            by.setdefault(size, {})[backend] = n
         sizes = ", ".join(f"{size}: {c.get('cascade', 0)} / {c.get('paged', 0)}"
                           for size, c in sorted(by.items()))
         lines.append(f"| {r['engine']} | {r['workload']} | {kinds} | {sizes or '-'} |")

@@ -16,7 +16,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from granikv_engine.stats import ColdStats, DispatchSnapshot, EngineStats, HitStats, HotStats
+from granikv_engine.stats import (
+    ColdStats,
+    DispatchSnapshot,
+    EngineStats,
+    HitStats,
+    HotStats,
+    parse_size_key,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -116,11 +123,11 @@ def _dispatch(f: _Families, labels: Mapping[str, str], d: DispatchSnapshot) -> N
     for source, n in d["sources"].items():
         f.add("counter", "granikv_dispatch_sources", "Choices by source of the decision.",
               labels, n, {"source": source})
-    for key, n in d.get("group_sizes", {}).items():
-        size, backend = key.split("/")
+    for key, n in d["group_sizes"].items():
+        size, backend = parse_size_key(key)
         f.add("counter", "granikv_dispatch_group_sizes",
               "HOT groups by size (rows, rounded up to a power of two) and chosen backend.",
-              labels, n, {"size": size, "backend": backend})
+              labels, n, {"size": str(size), "backend": backend})
     steps, graphs, cascade = d["steps"], d["graph_steps"], d["graph_cascade_steps"]
     for mode, n in (("full_cascade", cascade), ("full_paged", graphs - cascade),
                     ("piecewise", steps - graphs)):

@@ -126,9 +126,6 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
         graph_form = bufs is not None and bufs.fits(plan)
         if graph_step:
             choices = _paged_past(choices, bufs.limits.groups if bufs and graph_form else 0)
-            self.counters.graph_steps += 1
-            self.counters.graph_cascade_steps += any(c.backend is Backend.CASCADE
-                                                     for c in choices)
         self.counters.record(choices, (len(g.rows) for g in plan.groups), b,
                              mixed=cam.max_query_len > 1, full_graph=graph_step)
         backends = [c.backend for c in choices]
