@@ -2,9 +2,9 @@
 while the run goes on (both executors' ``events``).
 
 The executor notifies ``wake`` after each event it logs. A ping (``None``: nothing new
-for ``idle_s``) is yielded after the condition's lock is released, so a consumer that is
-slow to take it (a client reading its stream slowly) never holds up the executor's
-notifications, nor so every other run's events.
+for ``idle_s``) is yielded after the condition's lock is released: a consumer slow to
+take it (a client reading its stream slowly) would otherwise hold up the executor's
+notifications, and with them every run's event logging.
 """
 
 from __future__ import annotations
