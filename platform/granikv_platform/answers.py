@@ -8,6 +8,11 @@ threads).
   every later item. After the first chunk the status is sent, so a later error (or a
   replica lost mid-stream) is reported inline, as an OpenAI-shaped error event. A client
   that goes away cancels the call (the engine request is aborted).
+
+What crosses to the client is made public here: errors get the request's id and a
+5xx's text stays in the log (``errors.client_error``), vLLM's own error events in a
+stream likewise, and an ``error`` text inside an answer (a failed run's) loses Ray's
+internals (``protocol.public_text``).
 """
 
 from __future__ import annotations
@@ -19,16 +24,55 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from granikv_platform.errors import REPLICA_LOST, error_response, unavailable
-from granikv_platform.protocol import ErrorItem, Item, JsonItem, SseItem, error_item
+from granikv_platform.errors import REPLICA_LOST, client_error, error_response, unavailable
+from granikv_platform.protocol import (
+    ErrorItem,
+    Item,
+    JsonItem,
+    SseItem,
+    error_item,
+    has_ray_detail,
+    public_errors,
+)
 
 
 def answer(item: Item) -> Response:
     if isinstance(item, ErrorItem):
         return error_response(item)
     if isinstance(item, JsonItem):
-        return JSONResponse(item.body, status_code=item.status, headers=item.headers)
+        body = public_errors(item.body) if _may_hold_details(item.body) else item.body
+        return JSONResponse(body, status_code=item.status, headers=item.headers)
     return error_response(error_item(500, "expected one answer, got a stream chunk"))
+
+
+def _may_hold_details(body: object) -> bool:
+    return isinstance(body, dict | list) and has_ray_detail(json.dumps(body))
+
+
+def public_sse(text: str) -> str:
+    """SSE events for the client: an error event (vLLM's own, when a request fails
+    mid-stream) as ``client_error`` makes it; other events' ``error`` texts (an agent
+    run's status event) without Ray's internals. Events without ``"error"`` pass as
+    they are (one substring test per chunk)."""
+    if '"error"' not in text:
+        return text
+    return "\n".join(_public_line(line) for line in text.split("\n"))
+
+
+def _public_line(line: str) -> str:
+    if not line.startswith("data: ") or '"error"' not in line:
+        return line
+    try:
+        value = json.loads(line[6:])
+    except ValueError:
+        return line
+    err = value.get("error") if isinstance(value, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        value = client_error(error_item(int(err.get("code") or 500), err["message"],
+                                        err.get("type")))[1]
+    else:
+        value = public_errors(value)
+    return f"data: {json.dumps(value)}"
 
 
 async def stream_answer(gen: Any, timeout_s: float | None = None,
@@ -52,10 +96,10 @@ async def stream_answer(gen: Any, timeout_s: float | None = None,
 
 async def _relay(first: SseItem, gen: Any) -> AsyncIterator[str]:
     try:
-        yield first.text
+        yield public_sse(first.text)
         async for item in gen:
             if isinstance(item, SseItem):
-                yield item.text
+                yield public_sse(item.text)
                 continue
             err = item if isinstance(item, ErrorItem) else error_item(
                 500, "expected a stream chunk, got one answer")
@@ -69,4 +113,4 @@ async def _relay(first: SseItem, gen: Any) -> AsyncIterator[str]:
 
 
 def _event(err: ErrorItem) -> str:
-    return f"data: {json.dumps(err.wire()[1])}\n\n"
+    return f"data: {json.dumps(client_error(err)[1])}\n\n"

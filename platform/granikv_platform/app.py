@@ -12,9 +12,10 @@ Routes:
   (liveness), GET /readyz (503 until an LLM replica has reported).
 
 Access (``config.auth``, auth.py and identity.py): every route needs an API key except
-GET /healthz, GET /readyz and the OpenAPI document (/openapi.json, /docs), and it is
-checked before routing (team_gate.py: no path or team name can be probed without a
-key); /metrics and /v1/granikv/stats need the operator key. Bodies over
+GET /healthz and GET /readyz, and it is checked before routing (team_gate.py: no path
+or team name can be probed without a key); /metrics, /v1/granikv/stats and the OpenAPI
+document (/openapi.json, /docs: it lists every team's routes) need the operator key.
+Every answer carries the request's id (``x-request-id``, errors.py). Bodies over
 ``limits.max_body_bytes`` are 413; a body that is not one JSON object sent as
 ``application/json`` is 400 or 415 (body.py).
 """
@@ -26,13 +27,15 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from starlette.responses import HTMLResponse, JSONResponse
 
 from granikv_platform.auth import Authenticator
 from granikv_platform.body import JsonBody
 from granikv_platform.config import PlatformConfig, TeamConfig
-from granikv_platform.deps import Authenticated, enter_team
+from granikv_platform.deps import Authenticated, Operator, enter_team
 from granikv_platform.env import PlatformEnv
-from granikv_platform.errors import install_error_handlers
+from granikv_platform.errors import RequestIds, install_error_handlers
 from granikv_platform.limits import BodyLimit
 from granikv_platform.routes import openai, ops, prefixes, team_openai, teams, tokens
 from granikv_platform.team_gate import TeamGate
@@ -42,13 +45,15 @@ def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAP
     """``auth``: default from ``cfg.auth`` (reads the keys file; raises without one
     when keys are required)."""
     app = FastAPI(title="GraniKV platform", version="0.1.0",
-                  description="OpenAI-compatible serving with team-scoped HOT prefixes.")
+                  description="OpenAI-compatible serving with team-scoped HOT prefixes.",
+                  openapi_url=None, docs_url=None, redoc_url=None)  # see _document
     app.state.granikv_auth = auth or Authenticator.from_config(
         cfg.auth, PlatformEnv.from_environ().api_keys_file)
     app.add_middleware(JsonBody)  # bodies: one JSON object, or a 4xx that says why
     app.add_middleware(BodyLimit, max_bytes=cfg.limits.max_body_bytes)
     # Outermost: a key, and the path's team, are checked before routing or any body.
     app.add_middleware(TeamGate, teams=frozenset(t.name for t in cfg.teams))
+    app.add_middleware(RequestIds)  # outermost: the gate's errors name the request too
     install_error_handlers(app)
     app.include_router(openai.router(cfg))
     app.include_router(tokens.router())
@@ -63,7 +68,21 @@ def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAP
         app.include_router(team_openai.router(cfg, team), **mount)  # type: ignore[arg-type]
         for path in cfg.team_routers:
             app.include_router(_team_factory(path)(team), **mount)  # type: ignore[arg-type]
+    _document(app)
     return app
+
+
+def _document(app: FastAPI) -> None:
+    """The OpenAPI document and its Swagger UI, for the operator key only: the document
+    names every configured team (its /teams/{team}/... routes)."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Operator])
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Operator])
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs")
 
 
 def _factory(path: str) -> Callable[[], APIRouter]:

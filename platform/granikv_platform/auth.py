@@ -12,7 +12,8 @@ per line; ``granikv keys FILE TEAM...`` writes one:
 It lives on the ingress's node (on Kubernetes a mounted Secret), never in the repository.
 Only the keys' SHA-256 digests are kept in memory; a presented key is hashed and looked
 up. The ingress re-reads the file when it changes (at most every ``reload_s``), keeping
-the previous keys if the new file does not parse.
+the previous keys (with a warning in the log) if the new file does not parse or holds
+no key: a file emptied by mistake must not lock every caller out.
 """
 
 from __future__ import annotations
@@ -134,10 +135,7 @@ class Authenticator:
                                "auth.keys_file or GRANIKV_API_KEYS_FILE ('granikv keys "
                                "FILE TEAM...' writes one), or auth.mode: none on a "
                                "trusted machine")
-        ring = KeyRing.load(path)
-        if not len(ring):
-            raise KeyFileError(f"the API keys file {path} holds no key")
-        return cls(ring, path, cfg.reload_s)
+        return cls(load_nonempty(path), path, cfg.reload_s)
 
     @property
     def required(self) -> bool:
@@ -162,13 +160,22 @@ class Authenticator:
             mtime = _mtime(self.path)
             if mtime is not None and mtime != self._mtime:
                 try:
-                    self.ring = KeyRing.load(self.path)
+                    self.ring = load_nonempty(self.path)
                     self._mtime = mtime
                     logger.info("GraniKV: reloaded %d API keys from %s", len(self.ring),
                                 self.path)
                 except KeyFileError as e:  # keep serving with the keys we had
-                    logger.error("GraniKV: keeping the previous API keys: %s", e)
+                    logger.warning("GraniKV: keeping the previous API keys: %s", e)
         return self.ring
+
+
+def load_nonempty(path: Path) -> KeyRing:
+    """The keys of ``path``; KeyFileError when it cannot be read, does not parse, or
+    holds no key (at start-up and on every reload alike)."""
+    ring = KeyRing.load(path)
+    if not len(ring):
+        raise KeyFileError(f"the API keys file {path} holds no key")
+    return ring
 
 
 def _mtime(path: Path | None) -> int | None:

@@ -1,20 +1,32 @@
-"""HTTP errors of the platform, OpenAI-shaped: ``{"error": {"message", "type", "code"}}``.
+"""HTTP errors of the platform, OpenAI-shaped: ``{"error": {"message", "type", "code",
+"request_id"}}``.
 
 Handlers installed on the ingress app turn ``ApiError``, a missing or wrong API key
 (401), registry errors and request validation failures (422, one line per field) into
-that shape.
+that shape. Every request has an id (``RequestIds``): the client's ``x-request-id``,
+or one made here (Ray Serve's proxy makes one as well); every error body names it, the
+response carries it as ``x-request-id``, and the server's log lines of the request
+(Ray Serve's own included) carry it too, so that an error a client reports can be
+found in the log.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import uuid
+from contextvars import ContextVar
+from functools import cache
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from granikv_engine.prefix_registry import PrefixError
 from granikv_platform.auth import AuthError
@@ -22,10 +34,48 @@ from granikv_platform.protocol import (
     ErrorItem,
     error_item,
     prefix_error_item,
+    public_text,
     validation_message,
 )
 
 logger = logging.getLogger("ray.serve")
+
+REQUEST_ID_HEADER = "x-request-id"
+# The id of the request being served, for its error bodies (set by ``RequestIds``).
+REQUEST_ID: ContextVar[str | None] = ContextVar("granikv_request_id", default=None)
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")  # else a new one (log hygiene)
+
+
+class RequestIds:
+    """ASGI middleware, outermost: the request's id in ``REQUEST_ID`` and in its
+    ``x-request-id`` header. The client's id is kept when it is a plain token; behind
+    Ray Serve's proxy the header is always there (the proxy keeps the client's or makes
+    one, and puts it on the response). Without the proxy (tests, another server) the
+    id made here is put on the response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = MutableHeaders(scope=scope)
+        given = headers.get(REQUEST_ID_HEADER)
+        rid = given if given is not None and _CLIENT_ID.match(given) else uuid.uuid4().hex
+        if given != rid:
+            headers[REQUEST_ID_HEADER] = rid
+
+        async def send_id(message: Message) -> None:
+            if message["type"] == "http.response.start" and given is None:
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = rid
+            await send(message)
+
+        token = REQUEST_ID.set(rid)
+        try:
+            await self.app(scope, receive, send_id)
+        finally:
+            REQUEST_ID.reset(token)
 
 
 class ApiError(Exception):
@@ -48,17 +98,47 @@ def unavailable(e: Exception) -> ApiError:
 
 
 def error_response(item: ErrorItem) -> JSONResponse:
-    """The error as an HTTP answer. A 500's own text (an engine's or a library's
-    exception message, which may name files or internals) stays in the log."""
-    status, body = item.wire()
-    if status == 500:
-        logger.warning("GraniKV ingress: internal error answered as 500: %s",
-                       body["error"]["message"])
-        body["error"]["message"] = INTERNAL_MESSAGE
+    """The error as an HTTP answer (``client_error``)."""
+    status, body = client_error(item)
     return JSONResponse(body, status_code=status)
 
 
-INTERNAL_MESSAGE = "internal error: the request was not served (details in the server log)"
+def client_error(item: ErrorItem) -> tuple[int, dict[str, Any]]:
+    """(status, body) of ``item`` for a client, with the request's id. A 5xx's own
+    text (an engine's, a library's or Ray's exception message, which may name files,
+    processes or hosts) is logged with the request id; the client reads where."""
+    status, body = item.wire()
+    rid = REQUEST_ID.get()
+    err = body["error"]
+    if status == 500:
+        logger.warning("GraniKV ingress: request %s: internal error answered as 500: %s",
+                       rid, err["message"])
+        err["message"] = internal_message(rid)
+    elif status > 500 and public_text(err["message"]) != err["message"]:
+        logger.warning("GraniKV ingress: request %s: answered %d: %s", rid, status,
+                       err["message"])
+        err["message"] = public_text(err["message"])
+    if rid is not None:
+        err["request_id"] = rid
+    return status, body
+
+
+def internal_message(rid: str | None) -> str:
+    return (f"internal error: the request was not served; its cause is in the server log "
+            f"under request id {rid} (Ray Serve's logs, on the ingress's node: "
+            f"{serve_logs_dir()})")
+
+
+@cache
+def serve_logs_dir() -> str:
+    """Where Ray Serve writes the replicas' logs on this node."""
+    import ray
+
+    if not ray.is_initialized():
+        return "/tmp/ray/session_latest/logs/serve/"
+    from ray.serve._private.logging_utils import get_serve_logs_dir
+
+    return get_serve_logs_dir().rstrip("/") + "/"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -95,7 +175,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, e: Exception) -> JSONResponse:  # a bug or a dead replica
-        logger.exception("GraniKV ingress: unhandled error")
+        logger.exception("GraniKV ingress: request %s: unhandled error", REQUEST_ID.get())
         return error_response(error_item(500, f"internal error ({type(e).__name__})"))
 
     @app.exception_handler(RequestValidationError)

@@ -16,6 +16,7 @@ The first item may carry ``headers``: response headers for the client (a team ch
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,47 @@ def validation_message(e: ValidationError | Any) -> str:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else err.get("msg", ""))
     return "; ".join(parts) or str(e)
+
+
+# What Ray puts in its errors' text and a client has no use for: process ids, node
+# addresses, actor / node / worker ids, task names (``ray::Class.method()``).
+_RAY_DETAIL = re.compile(r"\bpid[=:]\s*\d+|\bip[=:]\s*\S+|\b(?:actor|node|worker|job|task)_id\b"
+                         r"|\bray::|\bclass_name:|\b\d{1,3}(?:\.\d{1,3}){3}\b")
+WITHHELD = "(details in the server log)"
+
+
+def public_text(text: str) -> str:
+    """``text`` for a client: cut before the first line that holds one of Ray's
+    internals (the rest stays in the server log). Text without them is unchanged."""
+    if _RAY_DETAIL.search(text) is None:
+        return text
+    kept: list[str] = []
+    for line in text.splitlines():
+        m = _RAY_DETAIL.search(line)
+        if m is None:
+            kept.append(line)
+            continue
+        head = line[:m.start()].rstrip(" \t(,;:[")
+        if head.strip():
+            kept.append(head)
+        break
+    return " ".join(" ".join(kept).split() + [WITHHELD])
+
+
+def public_errors(value: Any) -> Any:
+    """``value`` (a JSON value) with every string under an ``error`` or ``message`` key
+    made ``public_text``: a failed run's record and its status event carry the error
+    that ended it."""
+    if isinstance(value, dict):
+        return {k: public_text(v) if k in ("error", "message") and isinstance(v, str)
+                else public_errors(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [public_errors(v) for v in value]
+    return value
+
+
+def has_ray_detail(text: str) -> bool:
+    return _RAY_DETAIL.search(text) is not None
 
 
 def headed(item: Item, headers: Mapping[str, str] | None) -> Item:

@@ -265,7 +265,7 @@ def test_metrics_endpoint(client: Client) -> None:
 
 
 def test_openapi_lists_the_routes(client: Client) -> None:
-    paths = client(None).get("/openapi.json").json()["paths"]
+    paths = client("@admin").get("/openapi.json").json()["paths"]
     for p in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/prefixes",
               "/v1/prefixes/{prefix_id}", "/teams/red/context", "/teams/red/v1/chat/completions",
               "/metrics"):

@@ -2,8 +2,9 @@
 and its ``LIMITS``).
 
 - Every route of the platform's own OpenAPI document refuses a request without a key
-  and with an unknown key (401), except /healthz and the document itself; the operator
-  key reads only /metrics, /v1/granikv/stats and /teams.
+  and with an unknown key (401), except /healthz and /readyz; the operator key reads
+  only /metrics, /v1/granikv/stats, /teams and the OpenAPI document (which names every
+  team), and an /openapi.json asked for without it is 401 and names no team.
 - Two teams, both ways: neither can read, use (bind a request to), pin, delete or take
   over the other's prefix, context or runs; the victim's prefix and runs are untouched
   afterwards and its engine hit counters did not move.
@@ -24,14 +25,14 @@ import httpx
 import pytest
 
 from granikv_agents import load_spec
+from granikv_platform.auth import OPERATOR
 from tests.conftest import API_KEYS, LIMITS, REPO, auth, fresh_stats, stats
 from tests.reliability.figures import record
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 Client = Callable[[str | None], httpx.Client]
 MODEL = "tiny-llama"
-OPEN_PATHS = {"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
-              "/redoc"}
+OPEN_PATHS = {"/healthz", "/readyz"}
 OPS_PATHS = {"/metrics", "/v1/granikv/stats", "/teams"}  # the operator key's
 FIGURES: dict[str, Any] = {}
 
@@ -47,7 +48,7 @@ def _figures(base_url: str) -> Iterator[None]:
 def routes(base_url: str) -> list[tuple[str, str]]:
     """(method, path) of every operation in the app's OpenAPI document, path parameters
     filled in with well-formed values."""
-    doc = httpx.get(f"{base_url}/openapi.json", timeout=30).json()
+    doc = httpx.get(f"{base_url}/openapi.json", headers=auth(OPERATOR), timeout=30).json()
     out = []
     for path, ops in doc["paths"].items():
         concrete = path.replace("{prefix_id}", "red-probe").replace(
@@ -89,6 +90,13 @@ def test_every_route_needs_a_valid_key(base_url: str) -> None:
             assert is_openai_error(r, 403) and "operator key" in r.json()["error"]["message"]
             seen["team_refused_403"] += 1
         assert c.get("/healthz").status_code == 200 and c.get("/readyz").status_code == 200
+        for path in ("/openapi.json", "/docs"):  # the document names every team
+            for headers in ({}, auth("red")):
+                r = c.get(path, headers=headers)
+                assert r.status_code in (401, 403) and "/teams/blue" not in r.text, path
+                assert r.json()["error"]["request_id"] == r.headers["x-request-id"]
+            assert c.get(path, headers=auth(OPERATOR)).status_code == 200, path
+            seen["document_refused"] += 2
     FIGURES["routes"] = {"operations_in_openapi": len(ops), **seen}
 
 

@@ -34,7 +34,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from tests.conftest import API_KEYS, APP, LIMITS, auth, stats, wait_until
+from tests.conftest import ADMIN, API_KEYS, APP, LIMITS, auth, stats, wait_until
 from tests.reliability.figures import record
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
@@ -144,7 +144,7 @@ def fuzzed_schema(base_url: str) -> Any:
     config = SchemathesisConfig()
     config.projects.default.max_stream_events = MAX_STREAM_EVENTS
     return schemathesis.openapi.from_url(f"{base_url}/openapi.json", config=config,
-                                         timeout=30)
+                                         timeout=30, headers=ADMIN)  # the operator's
 
 
 def test_the_fuzzer_reads_the_longest_stream_to_its_end(base_url: str) -> None:
