@@ -7,14 +7,19 @@ loggers in the front-end process (``stat_loggers``):
   (TTFT, inter-token latency, end-to-end latency, prefix-cache queries and hits, KV cache
   usage, queue depth, ...) through ``ray.util.metrics``, exported by Ray's metrics agent
   on every node with a ``ReplicaId`` tag, next to Serve's own metrics;
-- ``ThroughputLogger``: queue depth and token throughput, for the replica's report
-  (/v1/granikv/stats). GraniKV's own counters come from the engine core's ``stats``.
+- ``ThroughputLogger``: queue depth, KV cache usage and token totals, for the replica's
+  report (/v1/granikv/stats, and the app's /metrics, where they are also rendered under
+  vLLM's own names). GraniKV's own counters come from the engine core's ``stats``.
+
+``TeamUsage`` counts a replica's requests and tokens per team, from the answers.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
@@ -72,3 +77,47 @@ class ThroughputLogger(StatLoggerBase):
                 "generation_tokens": self.generation_tokens,
                 "finished_requests": self.finished_requests,
                 "generation_tokens_per_s": self.tokens_per_s()}
+
+
+class TeamUsage:
+    """Requests and tokens per team on one replica. Tokens come from the answers' own
+    ``usage``: every non-streamed answer has it, a stream only when the client asked
+    for it (``stream_options.include_usage``)."""
+
+    def __init__(self) -> None:
+        self.teams: dict[str, dict[str, int]] = {}
+
+    def request(self, team: str) -> None:
+        self._of(team)["requests"] += 1
+
+    def answer(self, team: str, body: Any) -> None:
+        """A whole JSON answer (a chat or completion)."""
+        if isinstance(body, Mapping):
+            self._usage(team, body.get("usage"))
+
+    def chunks(self, team: str, text: str) -> None:
+        """SSE text of a stream: only a chunk that carries usage is parsed."""
+        if '"usage":{' not in text and '"usage": {' not in text:
+            return
+        for line in text.split("\n"):
+            if line.startswith("data: {") and '"usage"' in line:
+                try:
+                    self._usage(team, json.loads(line[6:]).get("usage"))
+                except ValueError:
+                    continue
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        return {team: dict(c) for team, c in self.teams.items()}
+
+    def _usage(self, team: str, usage: Any) -> None:
+        if not isinstance(usage, Mapping):
+            return
+        c = self._of(team)
+        c["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
+        c["generation_tokens"] += int(usage.get("completion_tokens") or 0)
+
+    def _of(self, team: str) -> dict[str, int]:
+        return self.teams.setdefault(team, dict.fromkeys(TEAM_COUNTERS, 0))
+
+
+TEAM_COUNTERS: tuple[str, ...] = ("requests", "prompt_tokens", "generation_tokens")

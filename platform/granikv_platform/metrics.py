@@ -3,14 +3,20 @@
 Every replica reports every ``sync_period_s`` to the registry hub; the ingress renders
 what the live ones said, one label set per replica. Each family has one meaning, so that
 summing it over its labels means something: capacity and use are separate families, and
-a label is never empty. vLLM's own metrics (latencies, prefix cache, KV usage) are
-exported by Ray's metrics agent (engine_stats.py). Pure: no Ray, no vLLM. The engine's
+a label is never empty. Per-team families have a ``team`` label whose values are the
+configured teams (any other caller is counted as ``_other``), so their number of series
+is bounded by the config. The vLLM families an operator of ``vllm serve`` reads first
+(``vllm:kv_cache_usage_perc``, ``vllm:num_requests_running`` / ``_waiting``,
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+``vllm:request_success_total``) are rendered here too, per replica, from the replica's
+report; all of vLLM's metrics (latency histograms included) are also exported by Ray's
+metrics agent (engine_stats.py). Pure: no Ray, no vLLM. The engine's
 part of a report has the shape ``granikv_engine.stats.EngineStats`` declares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,6 +32,7 @@ from granikv_engine.stats import (
 )
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OTHER_TEAM = "_other"  # the team label of callers that are no configured team
 
 # what a report without the engine's part (a replica still starting) counts as
 _NO_HOT: HotStats = {"capacity": 0, "used": 0, "pinned": 0, "referenced": 0, "free": 0,
@@ -106,6 +113,54 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
           r.get("inflight", 0))
     f.add("gauge", "granikv_kv_cache_usage_ratio", "vLLM's KV cache usage.", labels,
           fe.get("kv_cache_usage", 0.0))
+    _vllm(f, labels, fe)
+
+
+def _vllm(f: _Families, labels: Mapping[str, str], fe: Mapping[str, Any]) -> None:
+    """vLLM's own names and meanings (``vllm.v1.metrics.loggers.PrometheusStatLogger``),
+    with its ``model_name`` label and the replica's."""
+    vl = {"model_name": labels["model"], "replica": labels["replica"]}
+    f.add("gauge", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+          vl, fe.get("kv_cache_usage", 0.0))
+    f.add("gauge", "vllm:num_requests_running", "Number of requests in model execution "
+          "batches.", vl, fe.get("running", 0))
+    f.add("gauge", "vllm:num_requests_waiting", "Number of requests waiting to be "
+          "processed.", vl, fe.get("waiting", 0))
+    f.add("counter", "vllm:prompt_tokens", "Number of prefill tokens processed.", vl,
+          fe.get("prompt_tokens", 0))
+    f.add("counter", "vllm:generation_tokens", "Number of generation tokens processed.", vl,
+          fe.get("generation_tokens", 0))
+    f.add("counter", "vllm:request_success", "Count of successfully processed requests.",
+          vl, fe.get("finished_requests", 0))
+
+
+def _teams(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any],
+           teams: Collection[str]) -> None:
+    """Per team (a configured one, else ``_other``): requests and tokens this replica
+    served, and the HOT hits of the team's prefixes registered on it."""
+    def team_of(name: object) -> str:
+        return name if isinstance(name, str) and name in teams else OTHER_TEAM
+
+    sums: dict[str, dict[str, float]] = {}
+    for name, c in (r.get("teams") or {}).items():
+        row = sums.setdefault(team_of(name), {})
+        for k, v in c.items():
+            row[k] = row.get(k, 0) + v
+    for p in (r.get("prefix_hits") or {}).values():
+        row = sums.setdefault(team_of(p.get("team")), {})
+        row["hot_hits"] = row.get("hot_hits", 0) + p.get("hits", 0)
+    for team, row in sorted(sums.items()):
+        extra = {"team": team}
+        f.add("counter", "granikv_team_requests", "Chat and completion requests by team.",
+              labels, row.get("requests", 0), extra)
+        f.add("counter", "granikv_team_prompt_tokens", "Prompt tokens by team (answers "
+              "that report usage: all but streams without include_usage).", labels,
+              row.get("prompt_tokens", 0), extra)
+        f.add("counter", "granikv_team_generation_tokens", "Output tokens by team (answers "
+              "that report usage).", labels, row.get("generation_tokens", 0), extra)
+        f.add("gauge", "granikv_team_prefix_hits", "Requests served from the HOT prefixes "
+              "of the team registered on the replica (a deleted prefix's hits leave it).",
+              labels, row.get("hot_hits", 0), extra)
 
 
 def _dispatch(f: _Families, labels: Mapping[str, str], d: DispatchSnapshot) -> None:
@@ -138,18 +193,23 @@ def _dispatch(f: _Families, labels: Mapping[str, str], d: DispatchSnapshot) -> N
 
 
 class _Collector:
-    def __init__(self, reports: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, reports: Mapping[str, Mapping[str, Any]],
+                 teams: Collection[str]) -> None:
         self.reports = reports
+        self.teams = teams
 
     def collect(self) -> Iterator[Metric]:
         f = _Families()
         f.add("gauge", "granikv_replicas", "Live LLM replicas.", {}, len(self.reports))
         for rid, r in sorted(self.reports.items()):
-            _replica(f, {"replica": rid, "model": str(r.get("model", ""))}, r)
+            labels = {"replica": rid, "model": str(r.get("model", ""))}
+            _replica(f, labels, r)
+            _teams(f, labels, r, self.teams)
         yield from f.out.values()
 
 
-def render(reports: Mapping[str, Mapping[str, Any]]) -> bytes:
+def render(reports: Mapping[str, Mapping[str, Any]], teams: Collection[str] = ()) -> bytes:
+    """``teams``: the configured teams, the values the ``team`` label may take."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(reports))  # type: ignore[arg-type]
+    registry.register(_Collector(reports, frozenset(teams)))  # type: ignore[arg-type]
     return generate_latest(registry)

@@ -20,6 +20,7 @@ from ray import serve
 from granikv_engine.prefix_registry import PrefixError, default_prefix_id
 from granikv_platform.config import PlatformConfig
 from granikv_platform.engine import PREFIX_HEADER, EngineHost
+from granikv_platform.engine_stats import TeamUsage
 from granikv_platform.errors import ApiError
 from granikv_platform.hub import hub_client
 from granikv_platform.identity import bind_body
@@ -29,6 +30,7 @@ from granikv_platform.protocol import (
     NO_TEAM_CONTEXT,
     Item,
     JsonItem,
+    SseItem,
     error_item,
     prefix_error_item,
     with_headers,
@@ -59,6 +61,7 @@ class LLMReplica:
             self.engine.calls = self.calls
             self.sync = PrefixSync(self.engine, self.hub)
             self.inflight = 0
+            self.usage = TeamUsage()
             await self._seed_team_contexts()
             await self.sync.reconcile(force=True)
             await self._report()
@@ -131,9 +134,15 @@ class LLMReplica:
             except PrefixError as e:
                 yield prefix_error_item(e)
                 return
+        team = str(xargs.get("granikv_team") or "")
+        self.usage.request(team)
         self.inflight += 1
         try:
             async for item in batch_sse(run(body), self.cfg.replicas.stream_batch_ms / 1e3):
+                if isinstance(item, SseItem):
+                    self.usage.chunks(team, item.text)
+                elif isinstance(item, JsonItem):
+                    self.usage.answer(team, item.body)
                 yield item
         finally:
             self.inflight -= 1
@@ -222,6 +231,7 @@ class LLMReplica:
                       for r in records}
         return {"replica": self.replica_id, "model": self.cfg.model.model_id,
                 "inflight": self.inflight, "pinned_prefixes": pinned,
+                "teams": self.usage.snapshot(),
                 "prefix_hits": per_prefix, "registry_version": self.sync.version,
                 "sync_changes": self.sync.applied,
                 "request_path": {"hub_calls": self.calls.hub,

@@ -25,7 +25,16 @@ REPORT: dict[str, Any] = {
                      "graph_cascade_steps": 2, "group_sizes": {"8/cascade": 2, "1/paged": 5},
                      "step_kinds": {"decode/full": 5, "mixed/piecewise": 2}}},
     "frontend": {"running": 4, "waiting": 1, "kv_cache_usage": 0.25, "prompt_tokens": 900,
-                 "generation_tokens": 160, "generation_tokens_per_s": 12.5},
+                 "generation_tokens": 160, "finished_requests": 9,
+                 "generation_tokens_per_s": 12.5},
+    "teams": {"red": {"requests": 5, "prompt_tokens": 700, "generation_tokens": 100},
+              "blue": {"requests": 2, "prompt_tokens": 150, "generation_tokens": 40},
+              "_anonymous": {"requests": 1, "prompt_tokens": 30, "generation_tokens": 10},
+              "ghost": {"requests": 1, "prompt_tokens": 20, "generation_tokens": 10}},
+    "prefix_hits": {"red-ctx": {"team": "red", "hits": 4, "pinned": True, "state": "ready"},
+                    "red-2": {"team": "red", "hits": 1, "pinned": True, "state": "ready"},
+                    "ghost-1": {"team": "ghost", "hits": 0, "pinned": False,
+                                "state": "cold"}},
 }
 
 
@@ -77,3 +86,44 @@ def test_the_declared_hot_stats_are_the_pools() -> None:
     from granikv_engine.stats import HotStats
 
     assert tuple(HotStats.__annotations__) == HotPoolStats._fields
+
+
+def test_per_team_families_and_vllms_own_names() -> None:
+    """Per team (bounded by the configured teams: any other caller is ``_other``), and
+    the vLLM families a ``vllm serve`` operator reads first, per replica."""
+    got = samples(render({"r1": REPORT, "r2": REPORT}, teams=["red", "blue", "gold"]).decode())
+    r1 = (("model", "tiny"), ("replica", "r1"))
+
+    def team(name: str, t: str) -> float:
+        return got[(name, tuple(sorted((*r1, ("team", t)))))]
+
+    assert team("granikv_team_requests_total", "red") == 5
+    assert team("granikv_team_prompt_tokens_total", "blue") == 150
+    assert team("granikv_team_generation_tokens_total", "red") == 100
+    assert team("granikv_team_requests_total", "_other") == 2  # anonymous + an unknown team
+    assert team("granikv_team_prompt_tokens_total", "_other") == 50
+    assert team("granikv_team_prefix_hits", "red") == 5
+    assert {dict(labels)["team"] for name, labels in got
+            if name.startswith("granikv_team_")} == {"red", "blue", "_other"}
+    v1 = (("model_name", "tiny"), ("replica", "r1"))
+    assert got[("vllm:kv_cache_usage_perc", v1)] == 0.25
+    assert got[("vllm:num_requests_running", v1)] == 4
+    assert got[("vllm:num_requests_waiting", v1)] == 1
+    assert got[("vllm:prompt_tokens_total", v1)] == 900
+    assert got[("vllm:generation_tokens_total", v1)] == 160
+    assert got[("vllm:request_success_total", v1)] == 9
+    assert ("vllm:kv_cache_usage_perc", (("model_name", "tiny"), ("replica", "r2"))) in got
+
+
+def test_team_usage_counts_answers_and_usage_chunks() -> None:
+    from granikv_platform.engine_stats import TeamUsage
+
+    u = TeamUsage()
+    u.request("red")
+    u.answer("red", {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 4}})
+    u.request("red")
+    u.chunks("red", 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n')
+    u.chunks("red", 'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,'
+                    '"total_tokens":10}}\n\ndata: [DONE]\n\n')
+    assert u.snapshot() == {"red": {"requests": 2, "prompt_tokens": 19,
+                                    "generation_tokens": 7}}

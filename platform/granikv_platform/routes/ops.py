@@ -26,7 +26,8 @@ def router(cfg: PlatformConfig) -> APIRouter:
 
     @r.get("/metrics", response_class=Response, dependencies=[Operator])
     async def prometheus(ing: CurrentIngress) -> Response:
-        return Response(metrics.render(await ing.reports()), media_type=metrics.CONTENT_TYPE)
+        return Response(metrics.render(await ing.reports(), [t.name for t in cfg.teams]),
+                        media_type=metrics.CONTENT_TYPE)
 
     @r.get("/v1/granikv/stats", dependencies=[Operator])
     async def stats(ing: CurrentIngress) -> dict[str, Any]:
