@@ -92,3 +92,27 @@ async def open_checkpointer(url: str) -> AsyncIterator[FlushedWrites]:
         await saver.flush()
         async with saver.lock:  # and no checkpoint save mid-statement
             await conn.close()
+
+
+async def copy_checkpoints(saver: BaseCheckpointSaver[Any], source: str, target: str) -> None:
+    """Every checkpoint of thread ``source`` (all namespaces), with its parent links and
+    pending writes, into thread ``target`` (the savers here do not implement
+    ``acopy_thread``). Oldest first, so each parent is there before its child; every
+    channel is given as new, so Postgres stores each value's blob under the target."""
+    found = [t async for t in saver.alist({"configurable": {"thread_id": source}})]
+    for tup in reversed(found):
+        cfg = tup.config["configurable"]
+        ns = cfg.get("checkpoint_ns", "")
+        parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        at: RunnableConfig = {"configurable": {"thread_id": target, "checkpoint_ns": ns}}
+        if parent is not None:
+            at["configurable"]["checkpoint_id"] = parent
+        await saver.aput(at, tup.checkpoint, tup.metadata,
+                         dict(tup.checkpoint["channel_versions"]))
+        written = {"configurable": {"thread_id": target, "checkpoint_ns": ns,
+                                    "checkpoint_id": tup.checkpoint["id"]}}
+        by_task: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in tup.pending_writes or []:
+            by_task.setdefault(task_id, []).append((channel, value))
+        for task_id, writes in by_task.items():
+            await saver.aput_writes(written, writes, task_id)  # type: ignore[arg-type]

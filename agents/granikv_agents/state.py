@@ -6,7 +6,9 @@ later version of this package can read them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
+
+from typing_extensions import TypedDict  # pydantic reads it on 3.11 (graph schemas)
 
 TurnKind = Literal["plan", "work", "reduce"]
 

@@ -17,7 +17,7 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from granikv_agents.team import Team
-from granikv_agents.threads.executor import Conflict, Forbidden, ThreadExecutor
+from granikv_agents.threads.executor import Conflict, NotFound, ThreadExecutor
 from tests.agents.threads_kit import context_with, own_team, script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ async def _cancel_join_busy_and_ownership(url: str) -> None:
         run = await ex.create_run("t", tid, body)
         with pytest.raises(Conflict, match="busy"):
             await ex.create_run("t", tid, body)
-        with pytest.raises(Forbidden):
+        with pytest.raises(NotFound):
             await ex.get_thread("other", tid)
         got = await _until_two_pings_after_values(ex.events("t", tid, run["run_id"],
                                                             ping_s=0.05))
@@ -163,7 +163,7 @@ async def opened_watch(url: str) -> AsyncIterator[Any]:
 
 
 async def _ran_the_tool(store: Any, tid: str) -> bool:
-    runs = await store.list_runs(tid) if await store.thread(tid) else []
+    runs = await store.list_runs("t", tid) if await store.thread("t", tid) else []
     return bool(runs) and any(
         e.event == "values" and any(m["type"] == "tool" for m in e.data["messages"])
         for e in await store.events(runs[0].run_id))
@@ -182,7 +182,7 @@ async def _list_runs_pages_in_the_database(url: str) -> None:
     async for ex in opened(url, script()):
         for k in range(10):
             await ex.store.create_thread(f"pg-{k}", f"team{k}", {})
-        threads = [await ex.store.thread(f"pg-{k}") for k in range(10)]
+        threads = [await ex.store.thread(f"team{k}", f"pg-{k}") for k in range(10)]
         for i in range(1000):
             t = threads[i % 10]
             assert t is not None

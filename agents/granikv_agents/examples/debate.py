@@ -8,12 +8,13 @@ rounds (from round 2 each sees the others' last arguments), then the joiner judg
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
+from typing_extensions import TypedDict
 
 from granikv_agents.graph import RunContext
 from granikv_agents.kit import (

@@ -9,12 +9,13 @@ graph of one's own to start from.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
+from typing_extensions import TypedDict
 
 from granikv_agents.graph import RunContext
 from granikv_agents.kit import (

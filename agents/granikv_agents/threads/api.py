@@ -14,13 +14,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from granikv_agents.spec_file import SpecFileError
+from granikv_agents.threads.describe import graph_view, schemas_view
 from granikv_agents.threads.executor import ThreadError, ThreadExecutor
 from granikv_agents.threads.views import assistant_view, run_view
 from granikv_platform.protocol import Item, JsonItem, SseItem, error_item
 
-_OPS = frozenset({"search_assistants", "get_assistant", "create_thread", "get_thread",
-                  "state", "search_threads", "create_run", "get_run", "list_runs", "join",
-                  "cancel"})
+_OPS = frozenset({"search_assistants", "get_assistant", "assistant_graph",
+                  "assistant_schemas", "create_thread", "get_thread", "update_thread",
+                  "delete_thread", "copy_thread", "state", "history", "update_state",
+                  "search_threads", "create_run", "get_run", "list_runs", "join", "cancel"})
 
 
 class ThreadApi:
@@ -64,6 +66,13 @@ class ThreadApi:
         self.ex.assistant(team, assistant_id)
         return assistant_view(assistant_id, team, self.described(team)[assistant_id])
 
+    async def _assistant_graph(self, team: str, assistant_id: str,
+                               xray: int | bool = False) -> dict[str, Any]:
+        return graph_view(self.ex.graph(team, assistant_id), xray)
+
+    async def _assistant_schemas(self, team: str, assistant_id: str) -> dict[str, Any]:
+        return schemas_view(assistant_id, self.ex.graph(team, assistant_id))
+
     async def _create_thread(self, team: str, thread_id: str | None = None,
                              metadata: dict[str, Any] | None = None,
                              if_exists: str = "raise") -> dict[str, Any]:
@@ -72,8 +81,29 @@ class ThreadApi:
     async def _get_thread(self, team: str, thread_id: str) -> dict[str, Any]:
         return await self.ex.get_thread(team, thread_id)
 
-    async def _state(self, team: str, thread_id: str) -> dict[str, Any]:
-        return await self.ex.state(team, thread_id)
+    async def _update_thread(self, team: str, thread_id: str,
+                             metadata: dict[str, Any]) -> dict[str, Any]:
+        return await self.ex.update_thread(team, thread_id, metadata)
+
+    async def _delete_thread(self, team: str, thread_id: str) -> None:
+        await self.ex.delete_thread(team, thread_id)
+
+    async def _copy_thread(self, team: str, thread_id: str) -> dict[str, Any]:
+        return await self.ex.copy_thread(team, thread_id)
+
+    async def _state(self, team: str, thread_id: str,
+                     checkpoint_id: str | None = None) -> dict[str, Any]:
+        return await self.ex.state(team, thread_id, checkpoint_id)
+
+    async def _history(self, team: str, thread_id: str, limit: int = 10,
+                       before: str | None = None, metadata: dict[str, Any] | None = None,
+                       checkpoint_id: str | None = None) -> list[dict[str, Any]]:
+        return await self.ex.history(team, thread_id, limit, before, metadata, checkpoint_id)
+
+    async def _update_state(self, team: str, thread_id: str, values: Any,
+                            as_node: str | None = None,
+                            checkpoint_id: str | None = None) -> dict[str, Any]:
+        return await self.ex.update_state(team, thread_id, values, as_node, checkpoint_id)
 
     async def _search_threads(self, team: str, limit: int = 10,
                               offset: int = 0) -> list[dict[str, Any]]:

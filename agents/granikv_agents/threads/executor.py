@@ -1,13 +1,16 @@
 """ThreadExecutor: LangGraph Server's threads and runs for the teams of one app.
 
-A thread is a LangGraph checkpoint thread owned by one team; its checkpoints carry the
-conversation from run to run. A run executes one assistant (a team spec: its own graph
-or a built-in shape) on a thread as an asyncio task, with ``durability="sync"``, and
+A thread is a LangGraph checkpoint thread owned by one team (its id is the team's: another
+team's thread is absent, 404); its checkpoints carry the conversation from run to run, and
+its history, state updates and copies are LangGraph's (``aget_state_history``,
+``aupdate_state``, the saver's checkpoints). A run executes one assistant (a team spec:
+its own graph or a built-in shape) on a thread as an asyncio task, with ``durability="sync"``, and
 records what it streams (``ThreadStore`` events: a reconnecting client resumes after
 its ``Last-Event-ID``). A graph that calls ``interrupt()`` ends its run with the thread
 ``interrupted``; a run with ``command={"resume": ...}`` continues it, from the
 checkpoint, so also on an executor opened after a restart. Runs that an executor left
-unfinished (it stopped or died) are resumed by the next one (``auto_resume``).
+unfinished (it stopped or died) are resumed by the next one (``auto_resume``). One run
+runs per thread at a time; runs enqueued behind it run in order.
 """
 
 from __future__ import annotations
@@ -16,18 +19,21 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import aclosing, asynccontextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import InvalidUpdateError
+from langgraph.pregel import Pregel
 
-from granikv_agents.checkpointers import open_checkpointer
+from granikv_agents.checkpointers import copy_checkpoints, open_checkpointer
 from granikv_agents.database import open_database
 from granikv_agents.follow import follow
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import team_graph
 from granikv_agents.team import Team
+from granikv_agents.threads.options import OptionError, check_values, run_kwargs
 from granikv_agents.threads.store import (
     DONE,
     RunStatus,
@@ -35,9 +41,11 @@ from granikv_agents.threads.store import (
     ThreadRecord,
     ThreadRun,
     ThreadStore,
+    checkpoint_thread,
 )
+from granikv_agents.threads.streaming import RunStream
 from granikv_agents.threads.views import run_view, thread_view
-from granikv_agents.threads.wire import command, jsonable, state_view, stream_modes
+from granikv_agents.threads.wire import checkpoint_ref, command, jsonable, state_view
 
 logger = logging.getLogger(__name__)
 Assistants = Callable[[str], Mapping[str, Team]]  # team -> assistant id -> its Team
@@ -49,11 +57,9 @@ class ThreadError(Exception):
 
 
 class NotFound(ThreadError):
+    """Absent, or another team's: the two are not told apart."""
+
     status = 404
-
-
-class Forbidden(ThreadError):
-    status = 403
 
 
 class Conflict(ThreadError):
@@ -68,7 +74,8 @@ class ThreadExecutor:
         self.assistants = assistants
         self.context_of = context_of
         self._tasks: dict[str, asyncio.Task[None]] = {}  # run id -> its task
-        self._busy: dict[str, str] = {}  # thread id -> its running run
+        self._busy: dict[str, str] = {}  # checkpoint thread -> its running run
+        self._queued: dict[str, list[tuple[ThreadRun, Team]]] = {}  # enqueued, in order
         self._wake = asyncio.Condition()
         self._stopping = False
 
@@ -96,37 +103,110 @@ class ThreadExecutor:
             raise NotFound(f"team {team!r} has no assistant {assistant_id!r}")
         return found
 
+    def graph(self, team: str, assistant_id: str) -> Pregel[Any, Any, Any, Any]:
+        return team_graph(self.assistant(team, assistant_id), self.saver)
+
     async def create_thread(self, team: str, thread_id: str | None = None,
                             metadata: dict[str, Any] | None = None,
                             if_exists: str = "raise") -> dict[str, Any]:
         tid = thread_id or str(uuid.uuid4())
         rec = await self.store.create_thread(tid, team, metadata or {})
         if rec is None:
-            old = await self.thread(team, tid)
             if if_exists != "do_nothing":
                 raise Conflict(f"thread {tid!r} exists")
-            rec = old
+            rec = await self.thread(team, tid)
         return thread_view(rec, {})
 
     async def thread(self, team: str, thread_id: str) -> ThreadRecord:
-        rec = await self.store.thread(thread_id)
+        rec = await self.store.thread(team, thread_id)
         if rec is None:
-            raise NotFound(f"no thread {thread_id!r}")
-        if rec.team != team:
-            raise Forbidden(f"thread {thread_id!r} belongs to another team")
+            raise NotFound(f"team {team!r} has no thread {thread_id!r}")
         return rec
 
     async def get_thread(self, team: str, thread_id: str) -> dict[str, Any]:
         rec = await self.thread(team, thread_id)
         return thread_view(rec, (await self.state(team, thread_id))["values"])
 
-    async def state(self, team: str, thread_id: str) -> dict[str, Any]:
+    async def state(self, team: str, thread_id: str,
+                    checkpoint_id: str | None = None) -> dict[str, Any]:
         rec = await self.thread(team, thread_id)
         if rec.assistant_id is None:
             return {"values": {}, "next": [], "tasks": [], "interrupts": [],
                     "checkpoint": None, "metadata": {}, "created_at": None}
-        graph = team_graph(self.assistant(team, rec.assistant_id), self.saver)
-        return state_view(await graph.aget_state(_config(thread_id)))
+        graph = self.graph(team, rec.assistant_id)
+        snap = await graph.aget_state(_config(rec.checkpoint_thread, checkpoint_id))
+        if checkpoint_id is not None and snap.created_at is None:
+            raise NotFound(f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}")
+        return state_view(snap, thread_id)
+
+    async def history(self, team: str, thread_id: str, limit: int = 10,
+                      before: str | None = None, metadata: dict[str, Any] | None = None,
+                      checkpoint_id: str | None = None) -> list[dict[str, Any]]:
+        """The thread's checkpoints, newest first (``before``: older than that one)."""
+        rec = await self.thread(team, thread_id)
+        if rec.assistant_id is None:
+            return []
+        graph = self.graph(team, rec.assistant_id)
+        states = graph.aget_state_history(
+            _config(rec.checkpoint_thread, checkpoint_id), filter=metadata or None,
+            before=_config(rec.checkpoint_thread, before) if before else None, limit=limit)
+        return [state_view(snap, thread_id) async for snap in states]
+
+    async def update_state(self, team: str, thread_id: str, values: Any,
+                           as_node: str | None = None,
+                           checkpoint_id: str | None = None) -> dict[str, Any]:
+        """A new checkpoint with ``values`` applied as if ``as_node`` wrote them."""
+        rec = await self.thread(team, thread_id)
+        self._idle(rec)
+        if rec.assistant_id is None:
+            raise Conflict(f"thread {thread_id!r} has no runs yet: its graph is not known "
+                           "(run an assistant on it first)")
+        graph = self.graph(team, rec.assistant_id)
+        if values is not None:
+            check_values(graph, values, "values")
+        if as_node is not None and as_node not in graph.nodes:
+            raise OptionError(f"as_node: no node {as_node!r} in the graph")
+        try:
+            config = await graph.aupdate_state(
+                _config(rec.checkpoint_thread, checkpoint_id), values, as_node=as_node)
+        except InvalidUpdateError as e:
+            raise OptionError(str(e).splitlines()[0]) from e
+        snap = await graph.aget_state(_config(rec.checkpoint_thread))
+        await self.store.set_thread(team, thread_id, "interrupted" if snap.next else "idle")
+        return {"checkpoint": checkpoint_ref(config, thread_id)}
+
+    async def update_thread(self, team: str, thread_id: str,
+                            metadata: dict[str, Any]) -> dict[str, Any]:
+        """Merge ``metadata`` into the thread's."""
+        rec = await self.thread(team, thread_id)
+        merged = await self.store.set_metadata(team, thread_id, {**rec.metadata, **metadata})
+        if merged is None:
+            raise NotFound(f"team {team!r} has no thread {thread_id!r}")
+        return thread_view(merged, {})
+
+    async def copy_thread(self, team: str, thread_id: str) -> dict[str, Any]:
+        """A new thread (a generated id) with this one's metadata and checkpoints."""
+        rec = await self.thread(team, thread_id)
+        status = "idle" if rec.status == "busy" else rec.status
+        new = await self.store.create_thread(str(uuid.uuid4()), team, rec.metadata,
+                                             rec.assistant_id, status)
+        assert new is not None  # a fresh uuid
+        await copy_checkpoints(self.saver, rec.checkpoint_thread, new.checkpoint_thread)
+        return thread_view(new, {})
+
+    async def delete_thread(self, team: str, thread_id: str) -> None:
+        """The thread, its runs (the one in flight and the queued ones are cancelled)
+        and its checkpoints."""
+        rec = await self.thread(team, thread_id)
+        key = rec.checkpoint_thread
+        for queued, _ in self._queued.pop(key, []):
+            await self.store.set_run(queued.run_id, "interrupted", "thread deleted")
+        running = self._tasks.get(self._busy.get(key, ""))
+        if running is not None:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        await self.store.delete_thread(team, thread_id)
+        await self.saver.adelete_thread(key)
 
     async def search_threads(self, team: str, limit: int = 10,
                              offset: int = 0) -> list[dict[str, Any]]:
@@ -135,46 +215,67 @@ class ThreadExecutor:
     # ---- runs -------------------------------------------------------------------------
     async def create_run(self, team: str, thread_id: str, body: Mapping[str, Any]
                          ) -> dict[str, Any]:
-        thread = await self.thread(team, thread_id)
+        """A run of ``body["assistant_id"]``, checked before anything is stored. On a busy
+        thread, ``multitask_strategy`` says: ``reject`` (409), ``enqueue`` (it runs when
+        the runs before it are done) or ``interrupt`` (the running one is cancelled)."""
+        thread = await self._run_thread(team, thread_id, body)
         assistant_id = str(body.get("assistant_id") or "")
         spec_team = self.assistant(team, assistant_id)
-        if thread_id in self._busy:
-            raise Conflict(f"thread {thread_id!r} is busy with run {self._busy[thread_id]}")
-        kwargs = {"input": body.get("input"), "command": body.get("command"),
-                  "stream_mode": stream_modes(body.get("stream_mode"))}
+        kwargs = run_kwargs(team_graph(spec_team, self.saver), body)
+        key = thread.checkpoint_thread
+        running = self._busy.get(key)
+        if running is not None and kwargs["multitask_strategy"] == "reject":
+            raise Conflict(f"thread {thread_id!r} is busy with run {running} (send "
+                           "multitask_strategy 'enqueue' or 'interrupt')")
+        if running is not None and kwargs["multitask_strategy"] == "interrupt":
+            await self.cancel(team, thread_id, running, wait=True)
         run = await self.store.create_run(str(uuid.uuid4()), thread, assistant_id,
                                           dict(body.get("metadata") or {}), kwargs)
-        await self.store.set_thread(thread_id, "busy", assistant_id)
-        self._launch(run, spec_team, resumed=False)
+        await self.store.set_thread(team, thread_id, "busy", assistant_id)
+        self._submit(run, spec_team, resumed=False)
         return run_view(run)
+
+    async def _run_thread(self, team: str, thread_id: str,
+                          body: Mapping[str, Any]) -> ThreadRecord:
+        if body.get("if_not_exists") == "create":
+            await self.store.create_thread(thread_id, team, {})
+        return await self.thread(team, thread_id)
 
     async def run(self, team: str, thread_id: str, run_id: str) -> ThreadRun:
         await self.thread(team, thread_id)
         run = await self.store.run(run_id)
-        if run is None or run.thread_id != thread_id:
+        if run is None or run.team != team or run.thread_id != thread_id:
             raise NotFound(f"thread {thread_id!r} has no run {run_id!r}")
         return run
 
     async def list_runs(self, team: str, thread_id: str, limit: int = 10, offset: int = 0,
                         status: str | None = None) -> list[dict[str, Any]]:
         await self.thread(team, thread_id)
-        return [run_view(r) for r in await self.store.list_runs(thread_id, limit, offset,
-                                                                status)]
+        return [run_view(r) for r in await self.store.list_runs(team, thread_id, limit,
+                                                                offset, status)]
 
     async def join(self, team: str, thread_id: str, run_id: str) -> dict[str, Any]:
-        """Wait for the run; the thread's values after it."""
+        """Wait for the run (a queued one: until it ran); the thread's values after it."""
         await self.run(team, thread_id, run_id)
-        task = self._tasks.get(run_id)
-        if task is not None:
-            with suppress(asyncio.CancelledError):
-                await asyncio.shield(task)
+        while self._live(run_id):
+            task = self._tasks.get(run_id)
+            if task is not None:
+                with suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+                continue
+            async with self._wake:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), 1.0)
         return dict((await self.state(team, thread_id))["values"])
 
     async def cancel(self, team: str, thread_id: str, run_id: str, wait: bool = False) -> None:
         run = await self.run(team, thread_id, run_id)
         task = self._tasks.get(run_id)
         if task is None:
-            if run.status in DONE:
+            if self._unqueue(run):
+                await self.store.set_run(run_id, "interrupted", "cancelled")
+                await self._notify()
+            elif run.status in DONE:
                 raise Conflict(f"run {run_id!r} is {run.status}")
             return
         task.cancel()
@@ -186,7 +287,7 @@ class ThreadExecutor:
         """The run's events after ``after``, then live ones until it ends; None is a
         keep-alive ping (nothing new for ``ping_s``)."""
         await self.run(team, thread_id, run_id)
-        async for ev in follow(self.store, run_id, after, lambda: run_id in self._tasks,
+        async for ev in follow(self.store, run_id, after, lambda: self._live(run_id),
                                self._wake, ping_s):
             yield ev
 
@@ -200,43 +301,79 @@ class ThreadExecutor:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # ---- internals --------------------------------------------------------------------
+    def _idle(self, rec: ThreadRecord) -> None:
+        running = self._busy.get(rec.checkpoint_thread)
+        if running is not None:
+            raise Conflict(f"thread {rec.thread_id!r} is busy with run {running}")
+
+    def _live(self, run_id: str) -> bool:
+        """Running, or queued behind another run of its thread."""
+        return run_id in self._tasks or any(
+            r.run_id == run_id for q in self._queued.values() for r, _ in q)
+
+    def _submit(self, run: ThreadRun, team: Team, resumed: bool) -> None:
+        key = checkpoint_thread(run.team, run.thread_id)
+        if key in self._busy:
+            self._queued.setdefault(key, []).append((run, team))
+        else:
+            self._launch(run, team, resumed)
+
+    def _unqueue(self, run: ThreadRun) -> bool:
+        """Take ``run`` out of its thread's queue; whether it was there."""
+        queue = self._queued.get(checkpoint_thread(run.team, run.thread_id), [])
+        kept = [(r, t) for r, t in queue if r.run_id != run.run_id]
+        found = len(kept) < len(queue)
+        queue[:] = kept
+        return found
+
     def _launch(self, run: ThreadRun, team: Team, resumed: bool) -> None:
-        self._busy[run.thread_id] = run.run_id
+        self._busy[checkpoint_thread(run.team, run.thread_id)] = run.run_id
         self._tasks[run.run_id] = asyncio.create_task(self._drive(run, team, resumed),
                                                       name=f"granikv-thread-run-{run.run_id}")
 
+    def _next(self, key: str) -> None:
+        """The thread's next queued run, once its running one is done."""
+        queue = self._queued.get(key)
+        if queue and not self._stopping:
+            run, team = queue.pop(0)
+            self._launch(run, team, resumed=False)
+        if not queue:
+            self._queued.pop(key, None)
+
     async def _drive(self, run: ThreadRun, team: Team, resumed: bool) -> None:
-        config = _config(run.thread_id)
+        key = checkpoint_thread(run.team, run.thread_id)
+        config = _config(key, run.kwargs.get("checkpoint_id"))
         graph = team_graph(team, self.saver)
         ctx = self.context_of(team)
+        stream = RunStream(tuple(run.kwargs["stream_mode"]), run.kwargs.get("interrupt_before"),
+                           run.kwargs.get("interrupt_after"))
         try:
+            started = bool(await self.store.events(run.run_id))
             await self.store.set_run(run.run_id, "running")
             await self._event(run.run_id, "metadata", {"run_id": run.run_id,
-                                                       "resumed": resumed})
-            payload = await self._payload(run, team, graph, config, resumed)
-            async with aclosing(graph.astream(  # type: ignore[type-var]
-                    payload, config, context=ctx, stream_mode=run.kwargs["stream_mode"],
-                    durability="sync")) as stream:
-                async for mode, chunk in stream:
-                    await self._event(run.run_id, mode, jsonable(chunk))
-            snap = await graph.aget_state(config)
+                                                       "resumed": resumed and started})
+            payload = await self._payload(run, team, graph, config, resumed and started)
+            async for mode, chunk in stream.chunks(graph, payload, config, ctx):
+                await self._event(run.run_id, mode, jsonable(chunk))
+            snap = await graph.aget_state(_config(key))
             await self.store.set_run(run.run_id, "success")
-            await self.store.set_thread(run.thread_id,
-                                        "interrupted" if snap.interrupts else "idle")
+            await self.store.set_thread(run.team, run.thread_id,
+                                        "interrupted" if snap.next else "idle")
         except asyncio.CancelledError:
             status: RunStatus = "pending" if self._stopping else "interrupted"
             await self.store.set_run(run.run_id, status, "cancelled")
-            await self.store.set_thread(run.thread_id, "idle")
+            await self.store.set_thread(run.team, run.thread_id, "idle")
             raise
         except Exception as e:
             logger.exception("GraniKV: thread run %s failed", run.run_id)
             await self.store.set_run(run.run_id, "error", f"{type(e).__name__}: {e}")
             await self._event(run.run_id, "error", {"error": type(e).__name__,
                                                     "message": str(e)})
-            await self.store.set_thread(run.thread_id, "error")
+            await self.store.set_thread(run.team, run.thread_id, "error")
         finally:
             self._tasks.pop(run.run_id, None)
-            self._busy.pop(run.thread_id, None)
+            self._busy.pop(key, None)
+            self._next(key)
             await ctx.backend.aclose()
             await self._notify()
 
@@ -254,13 +391,15 @@ class ThreadExecutor:
         return run.kwargs.get("input")
 
     async def _recover(self, auto_resume: bool) -> None:
+        """Runs left pending or running (oldest first): resumed, one per thread at a
+        time, the others queued behind it."""
         for run in await self.store.runs_with_status(frozenset({"pending", "running"})):
             team = self.assistants(run.team).get(run.assistant_id)
             if not auto_resume or team is None:
                 await self.store.set_run(run.run_id, "interrupted", "the executor stopped")
-                await self.store.set_thread(run.thread_id, "idle")
+                await self.store.set_thread(run.team, run.thread_id, "idle")
                 continue
-            self._launch(run, team, resumed=True)
+            self._submit(run, team, resumed=True)
 
     async def _event(self, run_id: str, event: str, data: Any) -> None:
         await self.store.add_event(run_id, event, data)
@@ -271,5 +410,9 @@ class ThreadExecutor:
             self._wake.notify_all()
 
 
-def _config(thread_id: str) -> RunnableConfig:
-    return {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+def _config(thread: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    """``thread``: the checkpoint thread (``ThreadRecord.checkpoint_thread``)."""
+    configurable: dict[str, Any] = {"thread_id": thread}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable, "recursion_limit": 100}

@@ -2,7 +2,10 @@
 ``url=<platform>/teams/<team>`` drives them; the API key goes as ``x-api-key``).
 
     POST /assistants/search, GET /assistants/{id}       the team's spec files
-    POST /threads, POST /threads/search, GET /threads/{id}, GET /threads/{id}/state
+    GET  /assistants/{id}/graph | /schemas               its graph, its state's schemas
+    POST /threads, POST /threads/search
+    GET | PATCH | DELETE /threads/{id}, POST /threads/{id}/copy
+    GET  /threads/{id}/state[/{checkpoint}], POST /threads/{id}/state | /history
     POST /threads/{id}/runs                             a background run
     POST /threads/{id}/runs/stream | /runs/wait         create and stream | wait
     GET  /threads/{id}/runs?limit=&offset=, GET /threads/{id}/runs/{run}
@@ -21,7 +24,14 @@ from fastapi import APIRouter, Header, Query
 from starlette.responses import Response
 
 from granikv_agents.service_handle import service
-from granikv_agents.threads.schemas import Page, RunCreate, ThreadCreate
+from granikv_agents.threads.schemas import (
+    HistoryQuery,
+    Page,
+    RunCreate,
+    StateUpdate,
+    ThreadCreate,
+    ThreadPatch,
+)
 from granikv_platform.answers import answer, stream_answer
 from granikv_platform.deps import CurrentIngress
 from granikv_platform.protocol import ErrorItem, Item, JsonItem
@@ -47,6 +57,17 @@ def threads_router(team: str) -> APIRouter:
     async def get_assistant(assistant_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "get_assistant", assistant_id=assistant_id)
 
+    @r.get("/assistants/{assistant_id}/graph")
+    async def assistant_graph(assistant_id: str, ing: CurrentIngress,
+                              xray: Annotated[str, Query(max_length=8)] = "false"
+                              ) -> Response:
+        depth: int | bool = int(xray) if xray.isdigit() else xray.lower() == "true"
+        return await call(ing, "assistant_graph", assistant_id=assistant_id, xray=depth)
+
+    @r.get("/assistants/{assistant_id}/schemas")
+    async def assistant_schemas(assistant_id: str, ing: CurrentIngress) -> Response:
+        return await call(ing, "assistant_schemas", assistant_id=assistant_id)
+
     @r.post("/threads")
     async def create_thread(ing: CurrentIngress, body: ThreadCreate | None = None) -> Response:
         b = body or ThreadCreate.model_validate({})
@@ -62,9 +83,42 @@ def threads_router(team: str) -> APIRouter:
     async def get_thread(thread_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "get_thread", thread_id=thread_id)
 
+    @r.patch("/threads/{thread_id}")
+    async def update_thread(thread_id: str, body: ThreadPatch, ing: CurrentIngress
+                            ) -> Response:
+        return await call(ing, "update_thread", thread_id=thread_id, metadata=body.metadata)
+
+    @r.delete("/threads/{thread_id}")
+    async def delete_thread(thread_id: str, ing: CurrentIngress) -> Response:
+        item: Item = await service(ing).threads.remote(team, "delete_thread",
+                                                       {"thread_id": thread_id})
+        return answer(item) if isinstance(item, ErrorItem) else Response(status_code=204)
+
+    @r.post("/threads/{thread_id}/copy")
+    async def copy_thread(thread_id: str, ing: CurrentIngress) -> Response:
+        return await call(ing, "copy_thread", thread_id=thread_id)
+
     @r.get("/threads/{thread_id}/state")
     async def state(thread_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "state", thread_id=thread_id)
+
+    @r.get("/threads/{thread_id}/state/{checkpoint_id}")
+    async def state_at(thread_id: str, checkpoint_id: str, ing: CurrentIngress) -> Response:
+        return await call(ing, "state", thread_id=thread_id, checkpoint_id=checkpoint_id)
+
+    @r.post("/threads/{thread_id}/state")
+    async def update_state(thread_id: str, body: StateUpdate, ing: CurrentIngress
+                           ) -> Response:
+        return await call(ing, "update_state", thread_id=thread_id, values=body.values,
+                          as_node=body.as_node, checkpoint_id=body.at())
+
+    @r.post("/threads/{thread_id}/history")
+    async def history(thread_id: str, ing: CurrentIngress,
+                      body: HistoryQuery | None = None) -> Response:
+        b = body or HistoryQuery.model_validate({})
+        at = b.checkpoint.checkpoint_id if b.checkpoint else None
+        return await call(ing, "history", thread_id=thread_id, limit=b.limit,
+                          before=b.before_id(), metadata=b.metadata, checkpoint_id=at)
 
     @r.post("/threads/{thread_id}/runs")
     async def create_run(thread_id: str, body: RunCreate, ing: CurrentIngress) -> Response:

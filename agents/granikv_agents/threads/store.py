@@ -1,9 +1,11 @@
 """ThreadStore: threads, their runs and the runs' stream events, beside the checkpoints.
 
-The checkpoints (thread id = LangGraph thread id) hold a thread's state; this store adds
-what LangGraph Server shows besides: who owns a thread (its team), its status and
-metadata, each run's status and options, and the ordered events a run streamed (so a
-client that reconnects with ``Last-Event-ID`` gets the rest). Listing pages in SQL.
+A thread id is its team's: two teams may each have a thread ``t1``, and every lookup
+names the team. The checkpoints hold a thread's state under the LangGraph thread id
+``<team>/<thread id>`` (``ThreadRecord.checkpoint_thread``; team names have no ``/``);
+this store adds what LangGraph Server shows besides: its status and metadata, each run's
+status and options, and the ordered events a run streamed (so a client that reconnects
+with ``Last-Event-ID`` gets the rest). Listing pages in SQL.
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
 DONE: frozenset[str] = frozenset({"success", "error", "timeout", "interrupted"})
 
 _SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS granikv_threads (thread_id TEXT PRIMARY KEY, team TEXT NOT "
+    "CREATE TABLE IF NOT EXISTS granikv_team_threads (thread_id TEXT NOT NULL, team TEXT NOT "
     "NULL, assistant_id TEXT, status TEXT NOT NULL, metadata TEXT NOT NULL, created_at "
-    "DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL)",
+    "DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL, "
+    "PRIMARY KEY (team, thread_id))",
     "CREATE TABLE IF NOT EXISTS granikv_thread_runs (run_id TEXT PRIMARY KEY, thread_id TEXT "
     "NOT NULL, team TEXT NOT NULL, assistant_id TEXT NOT NULL, status TEXT NOT NULL, "
     "metadata TEXT NOT NULL, kwargs TEXT NOT NULL, error TEXT, created_at DOUBLE PRECISION "
     "NOT NULL, updated_at DOUBLE PRECISION NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS granikv_thread_runs_thread ON granikv_thread_runs "
-    "(thread_id, created_at)",
+    "CREATE INDEX IF NOT EXISTS granikv_thread_runs_team_thread ON granikv_thread_runs "
+    "(team, thread_id, created_at)",
     "CREATE INDEX IF NOT EXISTS granikv_thread_runs_status ON granikv_thread_runs (status)",
     "CREATE TABLE IF NOT EXISTS granikv_thread_events (run_id TEXT NOT NULL, seq INTEGER NOT "
     "NULL, event TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq))",
@@ -52,6 +55,15 @@ class ThreadRecord:
     def of(cls, row: tuple[Any, ...]) -> ThreadRecord:
         return cls(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6])
 
+    @property
+    def checkpoint_thread(self) -> str:
+        """Its LangGraph thread id: the team's namespace, then the client's id."""
+        return checkpoint_thread(self.team, self.thread_id)
+
+
+def checkpoint_thread(team: str, thread_id: str) -> str:
+    return f"{team}/{thread_id}"
+
 
 @dataclass(frozen=True)
 class ThreadRun:
@@ -61,7 +73,7 @@ class ThreadRun:
     assistant_id: str
     status: RunStatus
     metadata: dict[str, Any]
-    kwargs: dict[str, Any]  # input, command, stream_mode as created
+    kwargs: dict[str, Any]  # input, command, stream_mode... as created (``RunOptions``)
     error: str | None
     created_at: float
     updated_at: float
@@ -90,31 +102,51 @@ class ThreadStore:
         return cls(db)
 
     # ---- threads ----------------------------------------------------------------------
-    async def create_thread(self, thread_id: str, team: str,
-                            metadata: dict[str, Any]) -> ThreadRecord | None:
-        """The new thread; None if the id exists (any team's)."""
+    async def create_thread(self, thread_id: str, team: str, metadata: dict[str, Any],
+                            assistant_id: str | None = None,
+                            status: ThreadStatus = "idle") -> ThreadRecord | None:
+        """The new thread; None if the team has a thread of that id."""
         now = time.time()
         rows = await self.db.run(
-            f"INSERT INTO granikv_threads ({_THREAD}) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            f"ON CONFLICT (thread_id) DO NOTHING RETURNING {_THREAD}",
-            (thread_id, team, None, "idle", json.dumps(metadata), now, now))
+            f"INSERT INTO granikv_team_threads ({_THREAD}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            f"ON CONFLICT (team, thread_id) DO NOTHING RETURNING {_THREAD}",
+            (thread_id, team, assistant_id, status, json.dumps(metadata), now, now))
         return ThreadRecord.of(rows[0]) if rows else None
 
-    async def thread(self, thread_id: str) -> ThreadRecord | None:
+    async def thread(self, team: str, thread_id: str) -> ThreadRecord | None:
         rows = await self.db.run(
-            f"SELECT {_THREAD} FROM granikv_threads WHERE thread_id = ?", (thread_id,))
+            f"SELECT {_THREAD} FROM granikv_team_threads WHERE team = ? AND thread_id = ?",
+            (team, thread_id))
         return ThreadRecord.of(rows[0]) if rows else None
 
-    async def set_thread(self, thread_id: str, status: ThreadStatus,
+    async def set_thread(self, team: str, thread_id: str, status: ThreadStatus,
                          assistant_id: str | None = None) -> None:
         await self.db.run(
-            "UPDATE granikv_threads SET status = ?, updated_at = ?, "
-            "assistant_id = COALESCE(?, assistant_id) WHERE thread_id = ?",
-            (status, time.time(), assistant_id, thread_id))
+            "UPDATE granikv_team_threads SET status = ?, updated_at = ?, "
+            "assistant_id = COALESCE(?, assistant_id) WHERE team = ? AND thread_id = ?",
+            (status, time.time(), assistant_id, team, thread_id))
+
+    async def set_metadata(self, team: str, thread_id: str,
+                           metadata: dict[str, Any]) -> ThreadRecord | None:
+        rows = await self.db.run(
+            f"UPDATE granikv_team_threads SET metadata = ?, updated_at = ? WHERE team = ? "
+            f"AND thread_id = ? RETURNING {_THREAD}",
+            (json.dumps(metadata), time.time(), team, thread_id))
+        return ThreadRecord.of(rows[0]) if rows else None
+
+    async def delete_thread(self, team: str, thread_id: str) -> None:
+        """The thread, its runs and their events."""
+        await self.db.run(
+            "DELETE FROM granikv_thread_events WHERE run_id IN (SELECT run_id FROM "
+            "granikv_thread_runs WHERE team = ? AND thread_id = ?)", (team, thread_id))
+        await self.db.run("DELETE FROM granikv_thread_runs WHERE team = ? AND thread_id = ?",
+                          (team, thread_id))
+        await self.db.run("DELETE FROM granikv_team_threads WHERE team = ? AND thread_id = ?",
+                          (team, thread_id))
 
     async def search_threads(self, team: str, limit: int, offset: int) -> list[ThreadRecord]:
         rows = await self.db.run(
-            f"SELECT {_THREAD} FROM granikv_threads WHERE team = ? "
+            f"SELECT {_THREAD} FROM granikv_team_threads WHERE team = ? "
             "ORDER BY created_at DESC, thread_id LIMIT ? OFFSET ?", (team, limit, offset))
         return [ThreadRecord.of(r) for r in rows]
 
@@ -138,11 +170,11 @@ class ThreadStore:
                           "updated_at = ? WHERE run_id = ?",
                           (status, error, time.time(), run_id))
 
-    async def list_runs(self, thread_id: str, limit: int = 10, offset: int = 0,
+    async def list_runs(self, team: str, thread_id: str, limit: int = 10, offset: int = 0,
                         status: str | None = None) -> list[ThreadRun]:
         """A thread's runs, newest first, one page (LIMIT/OFFSET in the database)."""
-        where, params = ("thread_id = ?", (thread_id,)) if status is None else (
-            "thread_id = ? AND status = ?", (thread_id, status))
+        where, params = ("team = ? AND thread_id = ?", (team, thread_id)) if status is None \
+            else ("team = ? AND thread_id = ? AND status = ?", (team, thread_id, status))
         rows = await self.db.run(
             f"SELECT {_RUN} FROM granikv_thread_runs WHERE {where} "
             "ORDER BY created_at DESC, run_id LIMIT ? OFFSET ?", (*params, limit, offset))

@@ -22,7 +22,8 @@ def run_view(r: ThreadRun) -> dict[str, Any]:
     return {"run_id": r.run_id, "thread_id": r.thread_id, "assistant_id": r.assistant_id,
             "created_at": iso(r.created_at), "updated_at": iso(r.updated_at),
             "status": r.status, "metadata": r.metadata, "kwargs": r.kwargs,
-            "multitask_strategy": "reject", "error": r.error}
+            "multitask_strategy": r.kwargs.get("multitask_strategy", "reject"),
+            "error": r.error}
 
 
 def assistant_view(assistant_id: str, team: str, description: str) -> dict[str, Any]:

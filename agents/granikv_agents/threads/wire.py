@@ -12,12 +12,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt, StateSnapshot
 from pydantic import BaseModel
 
-# client stream_mode -> LangGraph's; "messages-tuple" is the SDK's name of the pairs
+# client stream_mode -> LangGraph's; "messages-tuple" is the SDK's name of the pairs;
+# "events" is LangGraph Server's (``astream_events``, see streaming.py)
 STREAM_MODES = {"values": "values", "updates": "updates", "messages": "messages",
-                "messages-tuple": "messages", "custom": "custom"}
+                "messages-tuple": "messages", "custom": "custom", "debug": "debug",
+                "tasks": "tasks", "checkpoints": "checkpoints", "events": "events"}
 
 
 def jsonable(obj: Any) -> Any:
@@ -55,8 +58,8 @@ def command(body: Mapping[str, Any] | None) -> Command[Any] | None:
                    goto=body.get("goto") or ())
 
 
-def state_view(snap: StateSnapshot) -> dict[str, Any]:
-    """``GET /threads/{id}/state``."""
+def state_view(snap: StateSnapshot, thread_id: str) -> dict[str, Any]:
+    """``GET /threads/{id}/state`` (``thread_id``: the client's, not the checkpoint's)."""
     cfg = snap.config.get("configurable", {}) if snap.config else {}
     parent = (snap.parent_config or {}).get("configurable", {})
     return {"values": jsonable(snap.values or {}), "next": list(snap.next),
@@ -64,9 +67,18 @@ def state_view(snap: StateSnapshot) -> dict[str, Any]:
                        "interrupts": jsonable(t.interrupts)} for t in snap.tasks],
             "interrupts": jsonable(snap.interrupts),
             "metadata": jsonable(snap.metadata or {}), "created_at": snap.created_at,
-            "checkpoint": {"thread_id": cfg.get("thread_id"),
+            "checkpoint": {"thread_id": thread_id,
                            "checkpoint_ns": cfg.get("checkpoint_ns", ""),
                            "checkpoint_id": cfg.get("checkpoint_id")},
             "checkpoint_id": cfg.get("checkpoint_id"),
-            "parent_checkpoint": {"checkpoint_id": parent.get("checkpoint_id")}
+            "parent_checkpoint": {"thread_id": thread_id,
+                                  "checkpoint_ns": parent.get("checkpoint_ns", ""),
+                                  "checkpoint_id": parent.get("checkpoint_id")}
             if parent else None}
+
+
+def checkpoint_ref(config: RunnableConfig, thread_id: str) -> dict[str, Any]:
+    """A checkpoint as LangGraph Server names it (``update_state``'s answer)."""
+    cfg = config.get("configurable", {})
+    return {"thread_id": thread_id, "checkpoint_ns": cfg.get("checkpoint_ns", ""),
+            "checkpoint_id": cfg.get("checkpoint_id")}
