@@ -17,6 +17,7 @@ from fastapi import Request
 from granikv_platform.auth import Authenticator, Principal
 from granikv_platform.errors import ApiError
 from granikv_platform.names import TEAM_HEADER, TEAM_RE
+from granikv_platform.registry import scoped_id
 
 # Requests without a team are scoped to this name, which no real team can take (TEAM_RE):
 # prompt matching then never binds them to a team's prefix.
@@ -83,7 +84,9 @@ def bind_body(body: dict[str, Any], team: str | None,
 
     Only ``granikv_team`` (which must be the caller's) and ``granikv_prefix_id`` are
     accepted from clients: registration goes through POST /v1/prefixes, so that the
-    platform's registry stays the one list of prefixes.
+    platform's registry stays the one list of prefixes. A prefix id is the team's own:
+    the engine gets it in the team's scope (``registry.scoped_id``), where no other
+    team's prefix can be.
     """
     xargs = body.get("vllm_xargs") or {}
     if not isinstance(xargs, dict):
@@ -103,5 +106,5 @@ def bind_body(body: dict[str, Any], team: str | None,
         raise ApiError(400, "vllm_xargs.granikv_prefix_id must be a non-empty string")
     xargs["granikv_team"] = team or ANONYMOUS  # prompt matching: the caller's prefixes only
     if pid is not None:
-        xargs["granikv_prefix_id"] = pid
+        xargs["granikv_prefix_id"] = scoped_id(xargs["granikv_team"], pid)
     return {**body, "vllm_xargs": xargs}

@@ -2,8 +2,14 @@
 
 Pure Python (the Ray actor in ``hub.py`` wraps it). Each LLM replica reconciles its
 engine with this state (``sync.py``), so a replica that restarts, or one that never saw
-a registration, pins the same prefixes. Team scoping follows the engine's registry:
-another team's prefix id is 403 (``PrefixAccessDenied``), an unknown one 404.
+a registration, pins the same prefixes.
+
+Prefix ids are scoped by team. A team names its prefixes with its own ids (``red-doc``,
+the API's), and the registry and the engines hold them as ``<team>/<id>``
+(``scoped_id``; team names and the API's ids have no ``/``), so two teams may use the
+same id and neither can reach the other's: a lookup is always in the caller's own
+scope, and another team's prefix is as absent as an unknown one (404,
+``PrefixNotFound``).
 """
 
 from __future__ import annotations
@@ -11,23 +17,42 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from granikv_engine.prefix_registry import (
-    PrefixAccessDenied,
-    PrefixConflict,
-    PrefixNotFound,
-    content_hash,
-)
+from granikv_engine.prefix_registry import PrefixConflict, PrefixNotFound, content_hash
 
 # "variant": a team context preceded by what a chat template adds before it in some
 # conversations (tools); its id is the context's + VARIANT_SEP + a digest, and it goes
 # when its context goes.
 Kind = Literal["prefix", "context", "variant"]
 VARIANT_SEP = ":"  # allowed in prefix ids (schemas.PREFIX_ID_PATTERN)
+SCOPE_SEP = "/"  # in neither team names (names.TEAM_RE) nor the API's prefix ids
+
+
+def scoped_id(team: str, prefix_id: str) -> str:
+    """The registry's and the engines' id of ``team``'s prefix ``prefix_id`` (an id
+    already in ``team``'s scope is returned as it is)."""
+    head = team + SCOPE_SEP
+    return prefix_id if prefix_id.startswith(head) else head + prefix_id
+
+
+def team_id(prefix_id: str) -> str:
+    """The id a team sees of one of its scoped ids (``red/doc`` -> ``doc``)."""
+    return prefix_id.partition(SCOPE_SEP)[2] or prefix_id
+
+
+def display_ids(records: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Scoped id -> the id to show the operator, for (scoped id, team) pairs: the team's
+    own id, or the scoped one where two teams use the same id."""
+    pairs = list(records)
+    teams: dict[str, set[str]] = {}
+    for pid, team in pairs:
+        teams.setdefault(team_id(pid), set()).add(team)
+    return {pid: team_id(pid) if len(teams[team_id(pid)]) == 1 else pid for pid, _ in pairs}
 
 
 def variant_id(context_id: str, token_ids: tuple[int, ...]) -> str:
@@ -44,7 +69,8 @@ def variants_of(context_id: str, specs: dict[str, PrefixSpec]) -> list[str]:
 @dataclass(frozen=True)
 class PrefixSpec:
     """One prefix every replica should hold: ``kind`` "context" is a team's shared
-    context (``text`` is the system message it was rendered from)."""
+    context (``text`` is the system message it was rendered from). ``prefix_id`` is
+    always scoped (``scoped_id``): a team's own id given here is scoped by ``team``."""
 
     prefix_id: str
     team: str
@@ -54,6 +80,14 @@ class PrefixSpec:
     text: str | None = None
     source: Literal["api", "config"] = "api"
     created_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix_id", scoped_id(self.team, self.prefix_id))
+
+    @property
+    def team_id(self) -> str:
+        """The id its team sees (the API's)."""
+        return team_id(self.prefix_id)
 
     @cached_property
     def content_hash(self) -> str:  # computed once: the replicas' sync compares it often
@@ -78,11 +112,11 @@ class RegistryState:
 
     # ---- reads ---------------------------------------------------------------------
     def get(self, prefix_id: str, team: str) -> PrefixSpec:
-        spec = self.specs.get(prefix_id)
-        if spec is None:
-            raise PrefixNotFound(f"no prefix {prefix_id!r}")
-        if spec.team != team:
-            raise PrefixAccessDenied(f"prefix {prefix_id!r} belongs to another team")
+        """``team``'s prefix (its own id or the scoped one); PrefixNotFound otherwise,
+        whether another team has a prefix of that id or none does."""
+        spec = self.specs.get(scoped_id(team, prefix_id))
+        if spec is None or spec.team != team:
+            raise PrefixNotFound(f"no prefix {team_id(scoped_id(team, prefix_id))!r}")
         return spec
 
     def list_specs(self, team: str | None = None) -> list[PrefixSpec]:
@@ -102,12 +136,10 @@ class RegistryState:
     def put(self, spec: PrefixSpec) -> tuple[PrefixSpec, bool]:
         """Add a prefix; returns (spec, created). The same id with the same tokens is
         idempotent (its pin may change); other tokens under a taken id are a conflict."""
-        old = self.specs.get(spec.prefix_id)
+        old = self.specs.get(spec.prefix_id)  # in spec.team's scope
         if old is not None:
-            if old.team != spec.team:
-                raise PrefixAccessDenied(f"prefix id {spec.prefix_id!r} belongs to another team")
             if old.token_ids != spec.token_ids:
-                raise PrefixConflict(f"prefix id {spec.prefix_id!r} holds other tokens; "
+                raise PrefixConflict(f"prefix id {spec.team_id!r} holds other tokens; "
                                      "delete it first")
             if old.pin == spec.pin and old.kind == spec.kind:
                 return old, False
@@ -117,10 +149,10 @@ class RegistryState:
 
     def delete(self, prefix_id: str, team: str) -> PrefixSpec:
         spec = self.get(prefix_id, team)
-        del self.specs[prefix_id]
-        if self.contexts.get(team) == prefix_id:
+        del self.specs[spec.prefix_id]
+        if self.contexts.get(team) == spec.prefix_id:
             del self.contexts[team]
-        self._drop_variants(prefix_id)
+        self._drop_variants(spec.prefix_id)
         self._changed()
         return spec
 
@@ -157,12 +189,18 @@ class RegistryState:
         os.replace(tmp, self.path)  # atomic: a crash leaves the old or the new file
 
     def _load(self) -> None:
+        """A file written before ids were scoped holds the teams' own ids: they are
+        scoped as they load, and the file is rewritten at a new version (replicas then
+        re-register them under the scoped ids and drop the old ones)."""
         assert self.path is not None
         data = json.loads(self.path.read_text())
         self.version = int(data["version"])
-        self.contexts = dict(data["contexts"])
+        self.contexts = {team: scoped_id(team, pid) for team, pid in data["contexts"].items()}
         self.specs = {}
         for raw in data["specs"]:
             raw["token_ids"] = tuple(raw["token_ids"])
             spec = PrefixSpec(**raw)
             self.specs[spec.prefix_id] = spec
+        if self.contexts != data["contexts"] or any(
+                s["prefix_id"] not in self.specs for s in data["specs"]):
+            self._changed()

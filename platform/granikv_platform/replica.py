@@ -35,7 +35,13 @@ from granikv_platform.protocol import (
     prefix_error_item,
     with_headers,
 )
-from granikv_platform.registry import PrefixSpec, variant_id
+from granikv_platform.registry import (
+    PrefixSpec,
+    display_ids,
+    scoped_id,
+    team_id,
+    variant_id,
+)
 from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
 from granikv_platform.stream_batch import batch_sse
@@ -89,10 +95,11 @@ class LLMReplica:
         context it is an ordinary chat scoped to the team. ``context_id``: the context
         the caller expects (an agent run pinned it); another one is a 409."""
         context = await on_request_path(self.sync.fetch_context(team, context_id))
-        if context_id is not None and (context is None or context.prefix_id != context_id):
-            now = context.prefix_id if context else "none"
+        if context_id is not None and (context is None or context.prefix_id
+                                       != scoped_id(team, context_id)):
+            now = context.team_id if context else "none"
             yield error_item(409, f"team {team!r}: its context changed (expected "
-                             f"{context_id!r}, now {now!r})")
+                             f"{team_id(scoped_id(team, context_id))!r}, now {now!r})")
             return
         try:
             bound = bind_body(body, team, context.prefix_id if context else None)
@@ -187,7 +194,7 @@ class LLMReplica:
     async def delete_prefix(self, team: str, prefix_id: str) -> Item:
         try:
             spec = await self.sync.remove(prefix_id, team)
-            return JsonItem({"prefix_id": spec.prefix_id, "deleted": True})
+            return JsonItem({"prefix_id": spec.team_id, "deleted": True})
         except PrefixError as e:
             return prefix_error_item(e)
 
@@ -227,8 +234,9 @@ class LLMReplica:
         records = await self.engine.list_prefixes()
         pinned = sum(1 for r in records if r["pinned"])
         # Per prefix: which team's HOT prefix served how many requests on this replica.
-        per_prefix = {r["prefix_id"]: {k: r[k] for k in ("team", "hits", "pinned", "state")}
-                      for r in records}
+        shown = display_ids((r["prefix_id"], r["team"]) for r in records)
+        per_prefix = {shown[r["prefix_id"]]: {k: r[k] for k in ("team", "hits", "pinned",
+                                                                  "state")} for r in records}
         return {"replica": self.replica_id, "model": self.cfg.model.model_id,
                 "inflight": self.inflight, "pinned_prefixes": pinned,
                 "teams": self.usage.snapshot(),

@@ -33,7 +33,8 @@ class PrefixCreate(BaseModel):
 
 
 class PrefixView(BaseModel):
-    prefix_id: str
+    prefix_id: str = Field(description="The team's own id (another team may use the same "
+                           "id for its own prefix).")
     team: str
     kind: Literal["prefix", "context", "variant"] = "prefix"
     length: int = Field(description="Tokens.")
@@ -64,7 +65,7 @@ class TeamContext(PrefixView):
 def record_view(spec: Any, rec: dict[str, Any]) -> dict[str, Any]:
     """The API view of a registry spec and the engine's record of it."""
     return PrefixView(
-        prefix_id=spec.prefix_id, team=spec.team, kind=spec.kind, length=spec.length,
+        prefix_id=spec.team_id, team=spec.team, kind=spec.kind, length=spec.length,
         state=rec.get("state", "cold"), hot_start=rec.get("hot_start"),
         pinned=bool(rec.get("pinned", spec.pin)), hits=int(rec.get("hits", 0)),
         content_hash=spec.content_hash).model_dump()

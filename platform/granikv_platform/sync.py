@@ -8,12 +8,14 @@ local view of both so that a bound request costs no control-plane call.
   view: the registry's specs at its version, and the engine's prefix records.
 - ``ensure(team, prefix_id)`` runs before every bound request. A prefix that the local
   view has, of that team, held by the engine as desired, returns at once: no registry
-  call, no engine call. Anything else (an unknown id, another team's, a prefix the
-  engine lacks) takes the slow path: the registry is the authority on ownership
-  (404/403), and a prefix the engine lacks is registered before the request is
-  admitted. Whatever replica Serve picks therefore holds the prefix when the request
-  runs, so routing needs no team affinity. A prefix deleted through another replica is
+  call, no engine call. Anything else (an unknown id, a prefix the engine lacks) takes
+  the slow path: the registry is the authority (404 for an id the team does not have),
+  and a prefix the engine lacks is registered before the request is admitted. Whatever
+  replica Serve picks therefore holds the prefix when the request runs, so routing
+  needs no team affinity. A prefix deleted through another replica is
   still served here until the next reconcile (at most ``sync_period_s`` later).
+- Ids given here are a team's own or already scoped (``registry.scoped_id``); the local
+  view and the engine hold scoped ones only, so a team never reaches another's.
 - ``add`` / ``remove`` / ``set_context`` change the registry and this engine together,
   and the local view with them; a new registration the engine fails to take is rolled
   back out of the registry.
@@ -29,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from granikv_platform.registry import PrefixSpec, variants_of
+from granikv_platform.registry import PrefixSpec, scoped_id, variants_of
 
 logger = logging.getLogger("ray.serve")
 
@@ -112,9 +114,10 @@ class PrefixSync:
             return todo
 
     async def ensure(self, team: str, prefix_id: str, fresh: bool = False) -> PrefixSpec:
-        """Raises the registry's PrefixNotFound / PrefixAccessDenied. ``fresh`` asks the
-        registry even when the local view has the prefix (the prefix API's reads, which
-        must see a delete made through another replica at once)."""
+        """Raises the registry's PrefixNotFound. ``fresh`` asks the registry even when
+        the local view has the prefix (the prefix API's reads, which must see a delete
+        made through another replica at once)."""
+        prefix_id = scoped_id(team, prefix_id)
         spec = self.specs.get(prefix_id)
         if not fresh and spec is not None and spec.team == team and self._held(spec):
             self.binds.fast += 1
@@ -139,7 +142,7 @@ class PrefixSync:
         registry too: the view may be older than a context set through another
         replica."""
         spec = self.context(team)
-        if spec is None or (expect is not None and spec.prefix_id != expect):
+        if spec is None or (expect is not None and spec.prefix_id != scoped_id(team, expect)):
             spec = await self.hub.context(team)
             if spec is not None:
                 for old in [s for s in self.specs.values()
@@ -182,8 +185,8 @@ class PrefixSync:
     async def remove(self, prefix_id: str, team: str) -> PrefixSpec:
         async with self.lock:
             spec = await self.hub.delete(prefix_id, team)
-            self.specs.pop(prefix_id, None)
-            await self._apply(plan([], await self._records(prefix_id)))
+            self.specs.pop(spec.prefix_id, None)
+            await self._apply(plan([], await self._records(spec.prefix_id)))
             return spec
 
     async def set_context(self, spec: PrefixSpec) -> None:

@@ -132,12 +132,18 @@ def test_keys_file_from_config_env_and_rotation(tmp_path: Path) -> None:
 def test_bind_body_scopes_to_the_caller() -> None:
     body: dict[str, Any] = {"model": "m", "vllm_xargs": {"granikv_prefix_id": "p", "x": 1}}
     out = bind_body(body, "red")
-    assert out["vllm_xargs"] == {"granikv_prefix_id": "p", "x": 1, "granikv_team": "red"}
+    # the team's own id, in the team's scope (registry.scoped_id)
+    assert out["vllm_xargs"] == {"granikv_prefix_id": "red/p", "x": 1, "granikv_team": "red"}
     assert "granikv_team" not in body["vllm_xargs"]  # the input is not modified
     anonymous = bind_body({"model": "m"}, None)  # never matches a team's prefix
     assert anonymous == {"model": "m", "vllm_xargs": {"granikv_team": ANONYMOUS}}
     assert bind_body({"model": "m"}, "red", "ctx")["vllm_xargs"] == {
-        "granikv_team": "red", "granikv_prefix_id": "ctx"}
+        "granikv_team": "red", "granikv_prefix_id": "red/ctx"}
+    assert bind_body({"model": "m"}, "red", "red/ctx")["vllm_xargs"]["granikv_prefix_id"] \
+        == "red/ctx"  # already scoped
+    # another team's scoped id names a prefix in the caller's own scope, never theirs
+    assert bind_body({"vllm_xargs": {"granikv_prefix_id": "blue/ctx"}}, "red")[
+        "vllm_xargs"]["granikv_prefix_id"] == "red/blue/ctx"
 
 
 @pytest.mark.parametrize(("team", "xargs", "status"), [

@@ -129,16 +129,19 @@ def test_teams_cannot_touch_each_others_prefixes(client: Client) -> None:
     red, blue = client("red"), client("blue")
     r = red.post("/v1/prefixes", json={"token_ids": [1, 5, 6, 7, 8], "prefix_id": "red-secret"})
     assert r.status_code in (200, 201), r.text
-    assert blue.get("/v1/prefixes/red-secret").status_code == 403
-    assert blue.delete("/v1/prefixes/red-secret").status_code == 403
+    # ids are scoped by team: another team's is as absent as an unknown one (404)
+    assert blue.get("/v1/prefixes/red-secret").status_code == 404
+    assert blue.delete("/v1/prefixes/red-secret").status_code == 404
     assert "red-secret" not in [p["prefix_id"] for p in blue.get("/v1/prefixes").json()["data"]]
-    steal = blue.post("/v1/prefixes", json={"token_ids": [1, 9], "prefix_id": "red-secret"})
-    assert steal.status_code == 403
     use = blue.post("/v1/completions", json={"model": MODEL, "prompt": [1, 5, 6, 7, 8, 9],
                                              "max_tokens": 2,
                                              "vllm_xargs": {"granikv_prefix_id": "red-secret"}})
-    assert use.status_code == 403 and use.json()["error"]["type"] == "PermissionDeniedError"
-    assert red.get("/v1/prefixes/red-secret").status_code == 200  # untouched
+    assert use.status_code == 404 and use.json()["error"]["type"] == "NotFoundError"
+    steal = blue.post("/v1/prefixes", json={"token_ids": [1, 9], "prefix_id": "red-secret"})
+    assert steal.status_code == 201 and steal.json()["team"] == "blue"  # blue's own
+    assert blue.delete("/v1/prefixes/red-secret").status_code == 200
+    got = red.get("/v1/prefixes/red-secret")  # untouched
+    assert got.status_code == 200 and got.json()["length"] == 5
     assert blue.get("/v1/prefixes/no-such-prefix").status_code == 404
     assert client(None).get("/v1/prefixes").status_code == 401
     assert blue.get("/teams/red/context").status_code == 403  # header vs path

@@ -88,7 +88,7 @@ def test_a_failed_registration_is_rolled_back() -> None:
             await hub.get("p1", "red")  # no entry: the client may simply retry
         engine.down = False
         assert await sync.add(spec("p1")) is True  # the retry creates it
-        assert engine.records["p1"]["pinned"] is True
+        assert engine.records["red/p1"]["pinned"] is True  # the engine holds the scoped id
 
     asyncio.run(main())
 

@@ -1,7 +1,9 @@
 """Prefix API, scoped to the calling team (its API key).
 
-Another team's prefix id is 403 on every route (as in the engine's registry), an
-unknown one 404; a taken id with other tokens is 409.
+Ids are the team's own (``registry.scoped_id``): two teams may register the same id,
+each for its own prefix, and an id the calling team does not have is 404 on every
+route, whether another team uses it or none does; the team's own id taken with other
+tokens is 409.
 """
 
 from __future__ import annotations
