@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
@@ -27,7 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
-from granikv_agents.binding import LLMCallError, TeamBackend
+from granikv_agents.binding import LLMCallError, TeamBackend, TransientLLMError
 from granikv_agents.checkpointers import FlushedWrites, open_checkpointer
 from granikv_agents.events import unreported_events, update_events
 from granikv_agents.follow import follow
@@ -38,6 +39,7 @@ from granikv_agents.store import RESUMABLE, RunEvent, RunRecord, RunStore, Statu
 from granikv_agents.team import Team
 
 Bind = Callable[[Team], TeamBackend]
+logger = logging.getLogger(__name__)
 
 
 class RunNotFound(KeyError):
@@ -107,8 +109,9 @@ class RunExecutor:
             await self.resume(rec.run_id)
         return [r.run_id for r in runs]
 
-    async def record(self, run_id: str) -> RunRecord:
-        rec = await self.store.get(run_id)
+    async def record(self, run_id: str, team: str | None = None) -> RunRecord:
+        """The run (of ``team``, when given: another team's run is not found)."""
+        rec = await self.store.get(run_id, team)
         if rec is None:
             raise RunNotFound(f"no run {run_id!r}")
         return rec
@@ -192,7 +195,8 @@ class RunExecutor:
             await self._finish(run_id, "interrupted", "cancelled")
             raise
         except Exception as e:  # a turn failed for good (or retries ran out)
-            await self._finish(run_id, "failed", f"{type(e).__name__}: {e}")
+            logger.warning("run %s of team %s failed", run_id, team.name, exc_info=True)
+            await self._finish(run_id, "failed", public_error(e))
         finally:
             self._tasks.pop(run_id, None)
             self._controls.pop(run_id, None)
@@ -247,6 +251,19 @@ class RunExecutor:
     def _config(run_id: str, team: Team) -> RunnableConfig:
         return {"configurable": {"thread_id": run_id},
                 "recursion_limit": team.recursion_limit()}
+
+
+def public_error(e: BaseException) -> str:
+    """A failed run's error as its team reads it: a call the platform refused, as the
+    platform answered it (its answers are written for teams); of anything else, what
+    failed but not its details (a replica's pid, node address or actor id, a path),
+    which go to the service's log."""
+    if isinstance(e, TransientLLMError):
+        return (f"{type(e).__name__}: {e.status}: the LLM replicas did not answer, "
+                "retries included; resume the run when they are back")
+    if isinstance(e, LLMCallError):
+        return f"{type(e).__name__}: {e}"
+    return f"{type(e).__name__} in the team's graph (the details are in the service's log)"
 
 
 def team_of(rec: RunRecord) -> Team:

@@ -10,8 +10,8 @@
 and LangGraph Server's assistants, threads and runs (``threads/routes.py``).
 
 The platform checks the caller against the team before these run (``enter_team``). They
-forward to the run service (``service.RunService``) through its Serve handle; another
-team's run id is 403 and an unknown one 404, as for prefixes.
+forward to the run service (``service.RunService``) through its Serve handle; a run id
+or spec name of another team is 404, as an unknown one is (as for prefixes).
 """
 
 from __future__ import annotations

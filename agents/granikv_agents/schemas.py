@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from granikv_agents.database import is_postgres
 from granikv_agents.graph import RetryConfig
+from granikv_agents.graphs import DEFAULT_GRAPH_MODULES
 from granikv_agents.spec import TeamSpec
 from granikv_platform.names import TEAM_RE
 
@@ -48,6 +49,10 @@ class AgentsOptions(BaseModel):
     call_timeout_s: float = Field(300.0, gt=0, description="Longest wait for one LLM call.")
     drain_s: float = Field(10.0, ge=0, description="On shutdown, how long running turns "
                            "may finish before their runs are interrupted.")
+    graph_modules: tuple[str, ...] = Field(
+        DEFAULT_GRAPH_MODULES, description="Modules (a package counts with its modules) "
+        "whose functions a team spec's 'graph: module:function' may name; a spec naming "
+        "another is refused when it is submitted (400), and its module is not imported.")
 
     threads_url: str | None = Field(None, description="The threads' store and checkpoints: "
                                     "a SQLite file or a postgresql:// URL; default "

@@ -8,8 +8,13 @@ replicas. Runs call the LLM replicas through ``ServeTeamBackend`` (no HTTP hop).
 Serve restarts it, ``__init__`` resumes the runs its predecessor left unfinished.
 
 Methods answer with the platform's protocol items (``{"json"}``, ``{"sse"}``,
-``{"error": {status, type, message}}``), scoped to the calling team: another team's
-run is 403, an unknown run 404 (as for prefixes). No Ray import: the platform wraps it.
+``{"error": {status, type, message}}``), scoped to the calling team: another team's run
+or spec file is 404, as an unknown one is (as for prefixes). Errors name the run, the
+spec or the graph, never a path or a replica's internals (those go to the log). A spec
+that names a graph is checked when it is submitted: its module must be among the
+service's ``graph_modules`` (nothing else is imported), and ``/runs`` runs the built-in
+workflows only (a graph of one's own runs as an assistant of the threads API). No Ray
+import: the platform wraps it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from granikv_agents.binding import TeamBackend
 from granikv_agents.chat_model import TeamChatModel
 from granikv_agents.executor import RunConflict, RunExecutor, RunNotFound
 from granikv_agents.graph import RunContext
+from granikv_agents.graphs import GraphLoadError, GraphNotAllowed, resolve
 from granikv_agents.schemas import AgentsOptions
 from granikv_agents.serve_binding import ServeTeamBackend
 from granikv_agents.service_handle import SERVICE_NAME  # noqa: F401  (re-exported)
@@ -101,7 +107,8 @@ class RunService:
     async def start(self, team: str, body: dict[str, Any]) -> Item:
         try:
             spec = self._spec(team, body)
-        except (SpecFileError, FileNotFoundError, PermissionError) as e:
+            self._check_graph(spec)
+        except (SpecFileError, FileNotFoundError, PermissionError, GraphLoadError) as e:
             return _error(e)
         rec = await self.executor.start(spec, body.get("task"))
         return JsonItem(_created(rec), 201)
@@ -110,7 +117,7 @@ class RunService:
         try:
             await self._owned(team, run_id)
             return JsonItem(await self.executor.view(run_id))
-        except (RunNotFound, PermissionError) as e:
+        except RunNotFound as e:
             return _error(e)
 
     async def list_runs(self, team: str, limit: int = 100, offset: int = 0) -> Item:
@@ -122,7 +129,7 @@ class RunService:
         try:
             await self._owned(team, run_id)
             rec = await self.executor.resume(run_id)
-        except (RunNotFound, RunConflict, PermissionError) as e:
+        except (RunNotFound, RunConflict) as e:
             return _error(e)
         return JsonItem(rec.view())
 
@@ -130,7 +137,7 @@ class RunService:
         """Server-sent events: ``id`` = the event's seq (resume with Last-Event-ID)."""
         try:
             await self._owned(team, run_id)
-        except (RunNotFound, PermissionError) as e:
+        except RunNotFound as e:
             yield _error(e)
             return
         async for ev in self.executor.events(run_id, after):
@@ -144,18 +151,32 @@ class RunService:
     def _spec(self, team: str, body: dict[str, Any]) -> TeamSpec:
         if body.get("spec") is not None:
             spec = TeamSpec.model_validate(body["spec"])  # validated at the ingress too
-        else:
-            spec = find_spec(self.opts.specs_folder(), str(body["spec_name"]))
-        if spec.team != team:
-            raise PermissionError(f"the spec is team {spec.team!r}'s; team {team!r} may "
-                                  "not run it")
+            if spec.team != team:  # the caller's own body: refusing it reveals nothing
+                raise PermissionError(f"the spec is team {spec.team!r}'s; team {team!r} "
+                                      "may not run it")
+            return spec
+        name = str(body["spec_name"])
+        spec = find_spec(self.opts.specs_folder(), name)
+        if spec.team != team:  # another team's spec file is as absent as none
+            raise FileNotFoundError(f"no team spec {name!r}")
         return spec
 
+    def _check_graph(self, spec: TeamSpec) -> None:
+        """A spec's own graph: allowed, importable, and then refused here all the same
+        (the runs below run the built-in workflows, and would spend its turns first)."""
+        if spec.graph is None:
+            return
+        try:
+            resolve(spec.graph, self.opts.graph_modules)
+        except GraphNotAllowed as e:
+            raise GraphNotAllowed(f"{e.args[0]} (the agents service's option "
+                                  "graph_modules)") from None
+        raise GraphLoadError(f"graph {spec.graph!r}: /runs runs the built-in workflows; a "
+                             "spec with a graph of its own runs as an assistant of the "
+                             "threads API")
+
     async def _owned(self, team: str, run_id: str) -> RunRecord:
-        rec = await self.executor.record(run_id)
-        if rec.team != team:
-            raise PermissionError(f"run {run_id!r} belongs to another team")
-        return rec
+        return await self.executor.record(run_id, team)
 
 
 def _created(rec: RunRecord) -> dict[str, Any]:
@@ -166,6 +187,7 @@ def _created(rec: RunRecord) -> dict[str, Any]:
 
 def _error(e: Exception) -> ErrorItem:
     status = {RunNotFound: 404, FileNotFoundError: 404, PermissionError: 403,
-              RunConflict: 409, SpecFileError: 400}.get(type(e), 400)
+              RunConflict: 409, SpecFileError: 400, GraphLoadError: 400,
+              GraphNotAllowed: 400}.get(type(e), 400)
     message = str(e.args[0]) if e.args else type(e).__name__  # KeyError's str() quotes
     return error_item(status, message)

@@ -107,7 +107,7 @@ class TeamSpec(_Strict):
                                  "context text inline")
             path = Path(base) / self.context_file
             if not path.is_file():
-                raise ValueError(f"no context file {str(path)!r}")
+                raise ValueError(f"no context file {self.context_file!r} beside the spec")
             object.__setattr__(self, "context", path.read_text())
             object.__setattr__(self, "context_file", None)
         if not (self.context or "").strip():

@@ -1,6 +1,7 @@
 """Team spec files (``deploy/teams/*.yaml``): the only YAML reader of the agents layer.
 
-``context_file`` in a spec is relative to the spec file's folder.
+``context_file`` in a spec is relative to the spec file's folder. Errors name a spec
+(its name, its file's name), never a folder: a team may read them.
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ class SpecFileError(ValueError):
 
 
 def load_spec(path: str | Path) -> TeamSpec:
+    """The errors name the file, not its folder (they may reach a team)."""
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
-        raise SpecFileError(f"{path}: {e.strerror or e}") from e
+        raise SpecFileError(f"{path.name}: {e.strerror or type(e).__name__}") from e
     except yaml.YAMLError as e:
-        raise SpecFileError(f"{path}: not YAML: {e}") from e
+        raise SpecFileError(f"{path.name}: not YAML: {e}") from e
     try:
         return TeamSpec.model_validate(doc, context={"base_dir": path.resolve().parent})
     except ValidationError as e:
-        raise SpecFileError(f"{path}: {_lines(e)}") from e
+        raise SpecFileError(f"{path.name}: {_lines(e)}") from e
 
 
 def find_spec(folder: str | Path, name: str) -> TeamSpec:
@@ -41,7 +43,7 @@ def find_spec(folder: str | Path, name: str) -> TeamSpec:
         raise SpecFileError(f"spec name {name!r} must match {SPEC_NAME_RE.pattern}")
     path = Path(folder) / f"{name}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"no team spec {name!r} (in {folder})")
+        raise FileNotFoundError(f"no team spec {name!r}")
     return load_spec(path)
 
 

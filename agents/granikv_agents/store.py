@@ -93,9 +93,15 @@ class RunStore:
             (run_id, team, spec, task, "running", None, 1, now, now))
         return RunRecord(run_id, team, spec, task, "running", None, 1, now, now)
 
-    async def get(self, run_id: str) -> RunRecord | None:
-        rows = await self.db.run(f"SELECT {_COLUMNS} FROM granikv_runs WHERE run_id = ?",
-                                (run_id,))
+    async def get(self, run_id: str, team: str | None = None) -> RunRecord | None:
+        """The run, or None; with ``team``, only a run of that team (another team's run
+        is as absent as no run)."""
+        if team is None:
+            rows = await self.db.run(f"SELECT {_COLUMNS} FROM granikv_runs WHERE run_id = ?",
+                                    (run_id,))
+        else:
+            rows = await self.db.run(f"SELECT {_COLUMNS} FROM granikv_runs WHERE run_id = ? "
+                                    "AND team = ?", (run_id, team))
         return RunRecord(*rows[0]) if rows else None
 
     async def list_runs(self, team: str | None = None,

@@ -39,19 +39,19 @@ def test_two_teams_at_once_hit_only_their_own_prefix(client: Client, base_url: s
     assert hit == {f"prefix:{prefix['red']}": 9, f"prefix:{prefix['gold']}": 7}, d
     assert d["hits"] == 16 and "bind_errors" not in d and "cold_fallbacks" not in d, d
 
-    # The prefix and the runs stay with their team.
-    assert gold.get(f"/v1/prefixes/{prefix['red']}").status_code == 403
+    # The prefix and the runs stay with their team: to another, their ids are absent.
+    assert gold.get(f"/v1/prefixes/{prefix['red']}").status_code == 404
     red_run = f"/teams/red/runs/{ids['red']}"
     assert gold.get(red_run).status_code == 403  # header vs path
     for method, path in [("GET", f"/teams/gold/runs/{ids['red']}"),
                          ("GET", f"/teams/gold/runs/{ids['red']}/events"),
                          ("POST", f"/teams/gold/runs/{ids['red']}/resume")]:
         r = gold.request(method, path)
-        assert r.status_code == 403 and "belongs to another team" in r.text, (path, r.text)
+        assert r.status_code == 404 and f"no run '{ids['red']}'" in r.text, (path, r.text)
     assert gold.get("/teams/gold/runs/run-0000000000000000").status_code == 404
     assert ids["red"] not in {r["run_id"] for r in gold.get("/teams/gold/runs").json()["data"]}
     steal = gold.post("/teams/gold/runs", json={"spec": fresh_review()})
     assert steal.status_code == 403 and "team 'red'" in steal.json()["error"]["message"]
-    assert gold.post("/teams/gold/runs", json={"spec_name": "review"}).status_code == 403
+    assert gold.post("/teams/gold/runs", json={"spec_name": "review"}).status_code == 404
     assert gold.post("/teams/gold/runs", json={"spec_name": "nope"}).status_code == 404
     assert red.post(f"{red_run}/resume").status_code == 409  # succeeded runs do not resume

@@ -6,7 +6,8 @@ and its ``LIMITS``).
   only /metrics, /v1/granikv/stats, /teams and the OpenAPI document (which names every
   team), and an /openapi.json asked for without it is 401 and names no team.
 - Two teams, both ways: neither can read, use (bind a request to), pin, delete or take
-  over the other's prefix, context or runs; the victim's prefix and runs are untouched
+  over the other's prefix, context or runs (its ids are the other's own: registering
+  one gives a prefix of one's own); the victim's prefix and runs are untouched
   afterwards and its engine hit counters did not move.
 - Request limits: body size (413, announced or streamed), prompt length, prefix size,
   max_tokens and n (400), each naming the limit; also for the agents' calls, which
@@ -53,7 +54,8 @@ def routes(base_url: str) -> list[tuple[str, str]]:
     for path, ops in doc["paths"].items():
         concrete = path.replace("{prefix_id}", "red-probe").replace(
             "{run_id}", "run-0000000000000000").replace("{thread_id}", "thread-probe").replace(
-            "{assistant_id}", "chat").replace("{model_id}", MODEL)
+            "{assistant_id}", "chat").replace("{model_id}", MODEL).replace(
+            "{checkpoint_id}", "checkpoint-probe")
         assert "{" not in concrete, f"fill in the parameter of {path}"
         out += [(m.upper(), concrete) for m in ops if m in ("get", "post", "put", "delete")]
     return out
@@ -151,31 +153,38 @@ def test_a_team_cannot_touch_another_teams_prefixes_or_runs(
     chat = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
     theirs = [11 + ("red", "blue").index(victim), *range(100, 160)]  # the victim's tokens
     steal = {"model": MODEL, "max_tokens": 2, "prompt": [*theirs, 300, 301]}
-    attempts: list[tuple[str, str, dict[str, Any] | None, dict[str, str]]] = [
-        ("GET", f"/v1/prefixes/{pid}", None, {}),
-        ("DELETE", f"/v1/prefixes/{pid}", None, {}),
-        ("POST", "/v1/prefixes", {"token_ids": [1, 2, 3], "prefix_id": pid}, {}),  # take the id
-        ("POST", "/v1/chat/completions", {**chat, "vllm_xargs": {"granikv_prefix_id": pid}}, {}),
-        ("POST", "/v1/completions", {**steal, "vllm_xargs": {"granikv_prefix_id": pid}}, {}),
-        ("POST", "/v1/completions", {**steal, "vllm_xargs": {"granikv_team": victim}}, {}),
-        ("GET", "/v1/prefixes", None, {"X-GraniKV-Team": victim}),  # a header is no key
-        ("GET", f"/teams/{victim}/context", None, {}),
-        ("PUT", f"/teams/{victim}/context", {"text": "mine now"}, {}),
-        ("POST", f"/teams/{victim}/v1/chat/completions", chat, {}),
-        ("GET", f"/teams/{victim}/v1/models", None, {}),
-        ("GET", f"/teams/{victim}/runs", None, {}),
-        ("POST", f"/teams/{victim}/runs", {"spec_name": "review"}, {}),
-        ("GET", f"/teams/{victim}/runs/{run}", None, {}),
-        ("GET", f"/teams/{victim}/runs/{run}/events", None, {}),
-        ("POST", f"/teams/{victim}/runs/{run}/resume", None, {}),
-        ("GET", f"/teams/{me}/runs/{run}", None, {}),  # its own route, the other's run
-        ("GET", f"/teams/{me}/runs/{run}/events", None, {}),
-        ("POST", f"/teams/{me}/runs/{run}/resume", None, {}),
+    # Ids are scoped by team: another team's prefix or run id is as absent as no id
+    # (404); another team's route, team header or xargs team is refused (403).
+    attempts: list[tuple[str, str, dict[str, Any] | None, dict[str, str], int]] = [
+        ("GET", f"/v1/prefixes/{pid}", None, {}, 404),
+        ("DELETE", f"/v1/prefixes/{pid}", None, {}, 404),
+        ("POST", "/v1/chat/completions", {**chat, "vllm_xargs": {"granikv_prefix_id": pid}},
+         {}, 404),
+        ("POST", "/v1/completions", {**steal, "vllm_xargs": {"granikv_prefix_id": pid}}, {},
+         404),
+        ("POST", "/v1/completions", {**steal, "vllm_xargs": {"granikv_team": victim}}, {}, 403),
+        ("GET", "/v1/prefixes", None, {"X-GraniKV-Team": victim}, 403),  # a header is no key
+        ("GET", f"/teams/{victim}/context", None, {}, 403),
+        ("PUT", f"/teams/{victim}/context", {"text": "mine now"}, {}, 403),
+        ("POST", f"/teams/{victim}/v1/chat/completions", chat, {}, 403),
+        ("GET", f"/teams/{victim}/v1/models", None, {}, 403),
+        ("GET", f"/teams/{victim}/runs", None, {}, 403),
+        ("POST", f"/teams/{victim}/runs", {"spec_name": "review"}, {}, 403),
+        ("GET", f"/teams/{victim}/runs/{run}", None, {}, 403),
+        ("GET", f"/teams/{victim}/runs/{run}/events", None, {}, 403),
+        ("POST", f"/teams/{victim}/runs/{run}/resume", None, {}, 403),
+        ("GET", f"/teams/{me}/runs/{run}", None, {}, 404),  # its own route, the other's run
+        ("GET", f"/teams/{me}/runs/{run}/events", None, {}, 404),
+        ("POST", f"/teams/{me}/runs/{run}/resume", None, {}, 404),
     ]
     with httpx.Client(base_url=base_url, headers=auth(me), timeout=60) as c:
-        for method, path, body, extra in attempts:
+        for method, path, body, extra, status in attempts:
             r = c.request(method, path, json=body, headers=extra)
-            assert is_openai_error(r, 403), (me, method, path, r.status_code, r.text)
+            assert is_openai_error(r, status), (me, method, path, r.status_code, r.text)
+        # The same id, registered: a prefix of its own, which it then deletes.
+        take = c.post("/v1/prefixes", json={"token_ids": [1, 2, 3], "prefix_id": pid})
+        assert take.status_code == 201 and take.json()["team"] == me, take.text
+        assert c.delete(f"/v1/prefixes/{pid}").status_code == 200
         # The victim's tokens, unnamed: served, but never from the victim's prefix.
         r = c.post("/v1/completions", json=steal)
         assert r.status_code == 200, r.text
@@ -189,7 +198,9 @@ def test_a_team_cannot_touch_another_teams_prefixes_or_runs(
         assert v.get(f"/teams/{victim}/runs/{run}").json()["status"] == "succeeded"
         assert v.get(f"/teams/{victim}/context").json()["text"] != "mine now"
     assert prefix_hits(base_url, pid, stats(base_url)) == hits0  # never served to `me`
-    FIGURES.setdefault("isolation", {})[f"{me}->{victim}"] = {"refused_403": len(attempts)}
+    FIGURES.setdefault("isolation", {})[f"{me}->{victim}"] = {
+        f"refused_{code}": sum(1 for *_, status in attempts if status == code)
+        for code in (403, 404)} | {"own_prefix_under_their_id": 1}
 
 
 def long_text(tokens_at_least: int, c: httpx.Client) -> str:
