@@ -7,6 +7,9 @@ LangGraph saves a finished task's writes in a background task and streams the ta
 update without waiting for it. An executor that reported a turn at once and then died
 before the write reached the database would run that turn again after the resume. The
 run executor therefore flushes before it reports: a reported turn is in the checkpoint.
+
+``copy_checkpoints`` copies a thread's checkpoints to another thread (the threads API's
+copy): neither saver implements ``acopy_thread``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The official ``langgraph-sdk`` client drives teams on the platform (the suite's Serve
 app, the tiny model through the run service's Serve handle): assistants, a
 client-chosen thread, a run streamed with ``stream_mode="messages"``, a second run that
-continues the thread, cancel, join, ``Last-Event-ID`` resume, and a human approval that
-``interrupt()`` waits for."""
+continues the thread, cancel, join, ``Last-Event-ID`` resume, a human approval that
+``interrupt()`` waits for; the rest of the surface (history, state updates, copy,
+metadata, delete, graphs and schemas, the ``events`` and ``debug`` stream modes,
+``interrupt_before``, ``enqueue``), what is refused (422, naming it), and thread ids
+scoped by team on every thread route (another team's thread is 404, as an absent one)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import Any
 
 import pytest
 from langgraph_sdk import get_client
-from langgraph_sdk.errors import PermissionDeniedError
+from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
 
 from tests.agents.helpers import delta, settled
 from tests.conftest import API_KEYS
@@ -45,7 +48,7 @@ async def conversation(base_url: str) -> dict[str, Any]:
     first = out["parts"][0].data["run_id"]
     out["replay"] = [p async for p in red.runs.join_stream(tid, first, last_event_id="1")]
     out["runs"] = await red.runs.list(tid, limit=10)
-    with pytest.raises(PermissionDeniedError):
+    with pytest.raises(NotFoundError):
         await gold.threads.get(tid)
     return out
 
@@ -90,3 +93,156 @@ def test_sdk_resumes_an_interrupted_run_with_a_command(base_url: str) -> None:
     assert paused["next"] == ["review"] and thread["status"] == "interrupted"
     assert "draft" in paused["interrupts"][0]["value"]
     assert done["approved"] is True and len(done["messages"]) == 2
+
+
+async def surface(base_url: str) -> dict[str, Any]:
+    red = sdk(base_url, "red")
+    out: dict[str, Any] = {"graph": await red.assistants.get_graph("chat"),
+                           "schemas": await red.assistants.get_schemas("chat")}
+    tid = (await red.threads.create(metadata={"owner": "ann"}))["thread_id"]
+    await red.runs.wait(tid, "chat", input=ask("What changed?"))
+    out["history"] = await red.threads.get_history(tid, limit=50)
+    first = out["history"][0]["checkpoint"]
+    out["at"] = await red.threads.get_state(tid, checkpoint=first)
+    out["update"] = await red.threads.update_state(
+        tid, {"messages": [{"role": "user", "content": "Noted."}]}, as_node="answer")
+    out["updated"] = await red.threads.get_state(tid)
+    out["patched"] = await red.threads.update(tid, metadata={"stage": "review"})
+    out["copy"] = await red.threads.copy(tid)
+    out["copy_state"] = await red.threads.get_state(out["copy"]["thread_id"])
+    out["parts"] = [p async for p in red.runs.stream(
+        tid, "chat", input=ask("Stream it."), stream_mode=["events", "debug"])]
+    await red.runs.wait(tid, "chat", input=ask("Pause."), interrupt_before=["answer"])
+    out["paused"] = await red.threads.get_state(tid)
+    out["continued"] = await red.runs.wait(tid, "chat")  # no input: goes on from there
+    running = await red.runs.create(tid, "chat", input=ask("One."))
+    queued = await red.runs.create(tid, "chat", input=ask("Two."),
+                                   multitask_strategy="enqueue")
+    out["queued"] = queued
+    out["after_queue"] = await red.runs.join(tid, queued["run_id"])
+    out["first_of_queue"] = await red.runs.get(tid, running["run_id"])
+    before = await red.threads.get_state(tid)
+    refused = {}
+    for name, call in {
+            "role": red.runs.create(tid, "chat", input={"messages": [{"role": 5}]}),
+            "rollback": red.runs.create(tid, "chat", input=ask("x"),
+                                        multitask_strategy="rollback"),
+            "webhook": red.runs.create(tid, "chat", input=ask("x"),
+                                       webhook="http://localhost:1/hook"),
+            "node": red.runs.create(tid, "chat", input=ask("x"), interrupt_before=["nope"]),
+            "select": red.threads.get_history(tid, select=["values"]),
+            "values": red.threads.update_state(tid, {"messages": [{"role": 5}]})}.items():
+        with pytest.raises(UnprocessableEntityError) as e:
+            await call
+        refused[name] = e.value.response.text
+    out["refused"] = refused
+    out["untouched"] = (await red.threads.get_state(tid)) == before
+    out["after_refusals"] = await red.runs.wait(tid, "chat", input=ask("Still here?"))
+    await red.threads.delete(tid)
+    with pytest.raises(NotFoundError):
+        await red.threads.get(tid)
+    return out
+
+
+def test_sdk_thread_surface_and_refusals(base_url: str) -> None:
+    out = asyncio.run(surface(base_url))
+    assert {n["id"] for n in out["graph"]["nodes"]} == {
+        "__start__", "register_context", "answer", "__end__"}
+    assert "messages" in out["schemas"]["input_schema"]["properties"]
+    hist = out["history"]
+    assert len(hist) >= 4 and [m["type"] for m in hist[0]["values"]["messages"]] == [
+        "human", "ai"]
+    assert hist[-1]["next"] == ["__start__"]  # the oldest: the run's input
+    assert out["at"]["checkpoint_id"] == hist[0]["checkpoint_id"]
+    assert out["update"]["checkpoint"]["checkpoint_id"] == out["updated"]["checkpoint_id"]
+    assert out["updated"]["values"]["messages"][-1]["content"] == "Noted."
+    assert out["patched"]["metadata"] == {"owner": "ann", "stage": "review"}
+    assert out["copy_state"]["values"] == out["updated"]["values"]
+    kinds = [p.event for p in out["parts"]]
+    assert {"metadata", "events", "debug", "end"} <= set(kinds), kinds
+    events = [p.data["event"] for p in out["parts"] if p.event == "events"]
+    assert "on_chat_model_start" in events and events[-1] == "on_chain_end"
+    assert out["paused"]["next"] == ["answer"]
+    assert out["paused"]["values"]["messages"][-1]["content"] == "Pause."
+    assert out["continued"]["messages"][-1]["type"] == "ai"
+    assert out["queued"]["status"] == "pending" and \
+        out["queued"]["multitask_strategy"] == "enqueue"
+    assert out["first_of_queue"]["status"] == "success"
+    tail = [m["content"] for m in out["after_queue"]["messages"] if m["type"] == "human"]
+    assert tail[-2:] == ["One.", "Two."]
+    refused = out["refused"]
+    assert "role" in refused["role"] and "rollback" in refused["rollback"]
+    assert "webhook" in refused["webhook"] and "nope" in refused["node"]
+    assert "select" in refused["select"] and "values" in refused["values"]
+    assert out["untouched"]
+    assert out["after_refusals"]["messages"][-1]["type"] == "ai"
+
+
+def said(answer: Any, thread_id: str) -> dict[str, Any]:
+    """An error answer without its request id, the thread id replaced."""
+    error = {k: v for k, v in answer.json()["error"].items() if k != "request_id"}
+    return {k: v.replace(thread_id, "ID") if isinstance(v, str) else v
+            for k, v in error.items()}
+
+
+THREAD_ROUTES = [  # (method, path under /threads/{id}, JSON body)
+    ("GET", "", None), ("PATCH", "", {"metadata": {"k": 1}}), ("POST", "/copy", None),
+    ("GET", "/state", None), ("GET", "/state/CP", None),
+    ("POST", "/state/checkpoint", {"checkpoint": {"checkpoint_id": "CP"}}),
+    ("POST", "/state", {"values": {"messages": [{"role": "user", "content": "x"}]}}),
+    ("POST", "/history", {"limit": 5}), ("GET", "/runs", None),
+    ("POST", "/runs", {"assistant_id": "chat", "input": ask("x")}),
+    ("POST", "/runs/wait", {"assistant_id": "chat", "input": ask("x")}),
+    ("POST", "/runs/stream", {"assistant_id": "chat", "input": ask("x")}),
+    ("GET", "/runs/RUN", None), ("GET", "/runs/RUN/join", None),
+    ("GET", "/runs/RUN/stream", None), ("POST", "/runs/RUN/cancel", None),
+    ("DELETE", "", None)]
+
+
+def test_every_thread_route_scopes_thread_ids_by_team(base_url: str) -> None:
+    import httpx
+
+    from tests.conftest import auth
+
+    owners = {}
+    red = sdk(base_url, "red")
+
+    async def make() -> None:
+        for team in ("red", "blue", "gold"):
+            owners[team] = (await sdk(base_url, team).threads.create())["thread_id"]
+        run = await red.runs.create(owners["red"], "chat", input=ask("Mine."))
+        await red.runs.join(owners["red"], run["run_id"])
+        owners["run"] = run["run_id"]
+        owners["cp"] = (await red.threads.get_state(owners["red"]))["checkpoint_id"]
+
+    asyncio.run(make())
+    seen: list[tuple[str, str, str, int]] = []
+    with httpx.Client(base_url=base_url, timeout=120) as http:
+        def hit(team: str, tid: str, method: str, path: str, body: Any) -> httpx.Response:
+            path = path.replace("RUN", owners["run"]).replace("CP", owners["cp"])
+            js = body and {**body, **({"checkpoint": {"checkpoint_id": owners["cp"]}}
+                                      if "checkpoint" in body else {})}
+            return http.request(method, f"/teams/{team}/threads/{tid}{path}", json=js,
+                                headers=auth(team))
+
+        for owner in ("red", "blue", "gold"):
+            for intruder in ("red", "blue", "gold", "green"):
+                if intruder == owner:
+                    continue
+                for method, path, body in THREAD_ROUTES:
+                    theirs = hit(intruder, owners[owner], method, path, body)
+                    absent = hit(intruder, "no-such-thread", method, path, body)
+                    seen.append((intruder, owner, f"{method} {path}", theirs.status_code))
+                    assert theirs.status_code == absent.status_code == 404, (
+                        intruder, owner, method, path, theirs.text)
+                    assert said(theirs, owners[owner]) == said(absent, "no-such-thread")
+        # the owner still has it, unchanged; the same id is free in another team
+        mine = http.get(f"/teams/red/threads/{owners['red']}/state", headers=auth("red"))
+        assert mine.status_code == 200
+        assert mine.json()["values"]["messages"][0]["content"] == "Mine."
+        same = http.post("/teams/gold/threads", json={"thread_id": owners["red"]},
+                         headers=auth("gold"))
+        assert same.status_code == 200 and same.json()["thread_id"] == owners["red"]
+        assert http.get(f"/teams/gold/threads/{owners['red']}/state",
+                        headers=auth("gold")).json()["values"] == {}
+    assert len(seen) == 3 * 3 * len(THREAD_ROUTES)

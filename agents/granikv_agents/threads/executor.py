@@ -24,7 +24,6 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.errors import InvalidUpdateError
 from langgraph.pregel import Pregel
 
 from granikv_agents.checkpointers import copy_checkpoints, open_checkpointer
@@ -33,7 +32,9 @@ from granikv_agents.follow import follow
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import team_graph
 from granikv_agents.team import Team
-from granikv_agents.threads.options import OptionError, check_values, run_kwargs
+from granikv_agents.threads.checkpoints import config_of, read_history, read_state, write_state
+from granikv_agents.threads.options import run_kwargs
+from granikv_agents.threads.slots import RunSlots
 from granikv_agents.threads.store import (
     DONE,
     RunStatus,
@@ -45,7 +46,7 @@ from granikv_agents.threads.store import (
 )
 from granikv_agents.threads.streaming import RunStream
 from granikv_agents.threads.views import run_view, thread_view
-from granikv_agents.threads.wire import checkpoint_ref, command, jsonable, state_view
+from granikv_agents.threads.wire import command, jsonable
 
 logger = logging.getLogger(__name__)
 Assistants = Callable[[str], Mapping[str, Team]]  # team -> assistant id -> its Team
@@ -73,9 +74,7 @@ class ThreadExecutor:
         self.saver = saver
         self.assistants = assistants
         self.context_of = context_of
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # run id -> its task
-        self._busy: dict[str, str] = {}  # checkpoint thread -> its running run
-        self._queued: dict[str, list[tuple[ThreadRun, Team]]] = {}  # enqueued, in order
+        self.slots = RunSlots(self._drive)
         self._wake = asyncio.Condition()
         self._stopping = False
 
@@ -133,11 +132,11 @@ class ThreadExecutor:
         if rec.assistant_id is None:
             return {"values": {}, "next": [], "tasks": [], "interrupts": [],
                     "checkpoint": None, "metadata": {}, "created_at": None}
-        graph = self.graph(team, rec.assistant_id)
-        snap = await graph.aget_state(_config(rec.checkpoint_thread, checkpoint_id))
-        if checkpoint_id is not None and snap.created_at is None:
+        found = await read_state(self.graph(team, rec.assistant_id), rec.checkpoint_thread,
+                                 thread_id, checkpoint_id)
+        if found is None:
             raise NotFound(f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}")
-        return state_view(snap, thread_id)
+        return found
 
     async def history(self, team: str, thread_id: str, limit: int = 10,
                       before: str | None = None, metadata: dict[str, Any] | None = None,
@@ -146,11 +145,8 @@ class ThreadExecutor:
         rec = await self.thread(team, thread_id)
         if rec.assistant_id is None:
             return []
-        graph = self.graph(team, rec.assistant_id)
-        states = graph.aget_state_history(
-            _config(rec.checkpoint_thread, checkpoint_id), filter=metadata or None,
-            before=_config(rec.checkpoint_thread, before) if before else None, limit=limit)
-        return [state_view(snap, thread_id) async for snap in states]
+        return await read_history(self.graph(team, rec.assistant_id), rec.checkpoint_thread,
+                                  thread_id, limit, before, metadata, checkpoint_id)
 
     async def update_state(self, team: str, thread_id: str, values: Any,
                            as_node: str | None = None,
@@ -161,19 +157,11 @@ class ThreadExecutor:
         if rec.assistant_id is None:
             raise Conflict(f"thread {thread_id!r} has no runs yet: its graph is not known "
                            "(run an assistant on it first)")
-        graph = self.graph(team, rec.assistant_id)
-        if values is not None:
-            check_values(graph, values, "values")
-        if as_node is not None and as_node not in graph.nodes:
-            raise OptionError(f"as_node: no node {as_node!r} in the graph")
-        try:
-            config = await graph.aupdate_state(
-                _config(rec.checkpoint_thread, checkpoint_id), values, as_node=as_node)
-        except InvalidUpdateError as e:
-            raise OptionError(str(e).splitlines()[0]) from e
-        snap = await graph.aget_state(_config(rec.checkpoint_thread))
-        await self.store.set_thread(team, thread_id, "interrupted" if snap.next else "idle")
-        return {"checkpoint": checkpoint_ref(config, thread_id)}
+        ref, pending = await write_state(self.graph(team, rec.assistant_id),
+                                         rec.checkpoint_thread, thread_id, values, as_node,
+                                         checkpoint_id)
+        await self.store.set_thread(team, thread_id, "interrupted" if pending else "idle")
+        return ref
 
     async def update_thread(self, team: str, thread_id: str,
                             metadata: dict[str, Any]) -> dict[str, Any]:
@@ -199,9 +187,9 @@ class ThreadExecutor:
         and its checkpoints."""
         rec = await self.thread(team, thread_id)
         key = rec.checkpoint_thread
-        for queued, _ in self._queued.pop(key, []):
+        for queued in self.slots.drop_queue(key):
             await self.store.set_run(queued.run_id, "interrupted", "thread deleted")
-        running = self._tasks.get(self._busy.get(key, ""))
+        running = self.slots.task(self.slots.running(key) or "")
         if running is not None:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
@@ -223,7 +211,7 @@ class ThreadExecutor:
         spec_team = self.assistant(team, assistant_id)
         kwargs = run_kwargs(team_graph(spec_team, self.saver), body)
         key = thread.checkpoint_thread
-        running = self._busy.get(key)
+        running = self.slots.running(key)
         if running is not None and kwargs["multitask_strategy"] == "reject":
             raise Conflict(f"thread {thread_id!r} is busy with run {running} (send "
                            "multitask_strategy 'enqueue' or 'interrupt')")
@@ -232,7 +220,7 @@ class ThreadExecutor:
         run = await self.store.create_run(str(uuid.uuid4()), thread, assistant_id,
                                           dict(body.get("metadata") or {}), kwargs)
         await self.store.set_thread(team, thread_id, "busy", assistant_id)
-        self._submit(run, spec_team, resumed=False)
+        self.slots.submit(run, spec_team, resumed=False)
         return run_view(run)
 
     async def _run_thread(self, team: str, thread_id: str,
@@ -257,8 +245,8 @@ class ThreadExecutor:
     async def join(self, team: str, thread_id: str, run_id: str) -> dict[str, Any]:
         """Wait for the run (a queued one: until it ran); the thread's values after it."""
         await self.run(team, thread_id, run_id)
-        while self._live(run_id):
-            task = self._tasks.get(run_id)
+        while self.slots.live(run_id):
+            task = self.slots.task(run_id)
             if task is not None:
                 with suppress(asyncio.CancelledError):
                     await asyncio.shield(task)
@@ -270,9 +258,9 @@ class ThreadExecutor:
 
     async def cancel(self, team: str, thread_id: str, run_id: str, wait: bool = False) -> None:
         run = await self.run(team, thread_id, run_id)
-        task = self._tasks.get(run_id)
+        task = self.slots.task(run_id)
         if task is None:
-            if self._unqueue(run):
+            if self.slots.unqueue(run):
                 await self.store.set_run(run_id, "interrupted", "cancelled")
                 await self._notify()
             elif run.status in DONE:
@@ -287,7 +275,7 @@ class ThreadExecutor:
         """The run's events after ``after``, then live ones until it ends; None is a
         keep-alive ping (nothing new for ``ping_s``)."""
         await self.run(team, thread_id, run_id)
-        async for ev in follow(self.store, run_id, after, lambda: self._live(run_id),
+        async for ev in follow(self.store, run_id, after, lambda: self.slots.live(run_id),
                                self._wake, ping_s):
             yield ev
 
@@ -295,54 +283,20 @@ class ThreadExecutor:
         """Cancel the runs in flight; they stay pending and the next executor resumes
         them from their checkpoints."""
         self._stopping = True
-        tasks = list(self._tasks.values())
+        tasks = self.slots.close()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # ---- internals --------------------------------------------------------------------
     def _idle(self, rec: ThreadRecord) -> None:
-        running = self._busy.get(rec.checkpoint_thread)
+        running = self.slots.running(rec.checkpoint_thread)
         if running is not None:
             raise Conflict(f"thread {rec.thread_id!r} is busy with run {running}")
 
-    def _live(self, run_id: str) -> bool:
-        """Running, or queued behind another run of its thread."""
-        return run_id in self._tasks or any(
-            r.run_id == run_id for q in self._queued.values() for r, _ in q)
-
-    def _submit(self, run: ThreadRun, team: Team, resumed: bool) -> None:
-        key = checkpoint_thread(run.team, run.thread_id)
-        if key in self._busy:
-            self._queued.setdefault(key, []).append((run, team))
-        else:
-            self._launch(run, team, resumed)
-
-    def _unqueue(self, run: ThreadRun) -> bool:
-        """Take ``run`` out of its thread's queue; whether it was there."""
-        queue = self._queued.get(checkpoint_thread(run.team, run.thread_id), [])
-        kept = [(r, t) for r, t in queue if r.run_id != run.run_id]
-        found = len(kept) < len(queue)
-        queue[:] = kept
-        return found
-
-    def _launch(self, run: ThreadRun, team: Team, resumed: bool) -> None:
-        self._busy[checkpoint_thread(run.team, run.thread_id)] = run.run_id
-        self._tasks[run.run_id] = asyncio.create_task(self._drive(run, team, resumed),
-                                                      name=f"granikv-thread-run-{run.run_id}")
-
-    def _next(self, key: str) -> None:
-        """The thread's next queued run, once its running one is done."""
-        queue = self._queued.get(key)
-        if queue and not self._stopping:
-            run, team = queue.pop(0)
-            self._launch(run, team, resumed=False)
-        if not queue:
-            self._queued.pop(key, None)
-
     async def _drive(self, run: ThreadRun, team: Team, resumed: bool) -> None:
         key = checkpoint_thread(run.team, run.thread_id)
-        config = _config(key, run.kwargs.get("checkpoint_id"))
+        config = config_of(key, run.kwargs.get("checkpoint_id"))
         graph = team_graph(team, self.saver)
         ctx = self.context_of(team)
         stream = RunStream(tuple(run.kwargs["stream_mode"]), run.kwargs.get("interrupt_before"),
@@ -355,7 +309,7 @@ class ThreadExecutor:
             payload = await self._payload(run, team, graph, config, resumed and started)
             async for mode, chunk in stream.chunks(graph, payload, config, ctx):
                 await self._event(run.run_id, mode, jsonable(chunk))
-            snap = await graph.aget_state(_config(key))
+            snap = await graph.aget_state(config_of(key))
             await self.store.set_run(run.run_id, "success")
             await self.store.set_thread(run.team, run.thread_id,
                                         "interrupted" if snap.next else "idle")
@@ -371,9 +325,7 @@ class ThreadExecutor:
                                                     "message": str(e)})
             await self.store.set_thread(run.team, run.thread_id, "error")
         finally:
-            self._tasks.pop(run.run_id, None)
-            self._busy.pop(key, None)
-            self._next(key)
+            self.slots.done(run)
             await ctx.backend.aclose()
             await self._notify()
 
@@ -399,7 +351,7 @@ class ThreadExecutor:
                 await self.store.set_run(run.run_id, "interrupted", "the executor stopped")
                 await self.store.set_thread(run.team, run.thread_id, "idle")
                 continue
-            self._submit(run, team, resumed=True)
+            self.slots.submit(run, team, resumed=True)
 
     async def _event(self, run_id: str, event: str, data: Any) -> None:
         await self.store.add_event(run_id, event, data)
@@ -409,10 +361,3 @@ class ThreadExecutor:
         async with self._wake:
             self._wake.notify_all()
 
-
-def _config(thread: str, checkpoint_id: str | None = None) -> RunnableConfig:
-    """``thread``: the checkpoint thread (``ThreadRecord.checkpoint_thread``)."""
-    configurable: dict[str, Any] = {"thread_id": thread}
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable, "recursion_limit": 100}

@@ -5,7 +5,8 @@
     GET  /assistants/{id}/graph | /schemas               its graph, its state's schemas
     POST /threads, POST /threads/search
     GET | PATCH | DELETE /threads/{id}, POST /threads/{id}/copy
-    GET  /threads/{id}/state[/{checkpoint}], POST /threads/{id}/state | /history
+    GET  /threads/{id}/state[/{checkpoint}], POST /threads/{id}/state/checkpoint
+    POST /threads/{id}/state | /history                  update the state | its history
     POST /threads/{id}/runs                             a background run
     POST /threads/{id}/runs/stream | /runs/wait         create and stream | wait
     GET  /threads/{id}/runs?limit=&offset=, GET /threads/{id}/runs/{run}
@@ -25,6 +26,7 @@ from starlette.responses import Response
 
 from granikv_agents.service_handle import service
 from granikv_agents.threads.schemas import (
+    CheckpointQuery,
     HistoryQuery,
     Page,
     RunCreate,
@@ -105,6 +107,12 @@ def threads_router(team: str) -> APIRouter:
     @r.get("/threads/{thread_id}/state/{checkpoint_id}")
     async def state_at(thread_id: str, checkpoint_id: str, ing: CurrentIngress) -> Response:
         return await call(ing, "state", thread_id=thread_id, checkpoint_id=checkpoint_id)
+
+    @r.post("/threads/{thread_id}/state/checkpoint")
+    async def state_at_checkpoint(thread_id: str, body: CheckpointQuery,
+                                  ing: CurrentIngress) -> Response:
+        return await call(ing, "state", thread_id=thread_id,
+                          checkpoint_id=body.checkpoint.checkpoint_id)
 
     @r.post("/threads/{thread_id}/state")
     async def update_state(thread_id: str, body: StateUpdate, ing: CurrentIngress

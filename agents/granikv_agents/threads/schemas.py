@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from granikv_agents.threads.options import multitask
 
 StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom", "debug",
                      "tasks", "checkpoints", "events"]
@@ -19,6 +21,7 @@ StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom"
 UNSUPPORTED = {"webhook": "webhooks are not sent",
                "after_seconds": "delayed runs are not supported",
                "stream_subgraphs": "subgraph streams are not supported",
+               "subgraphs": "subgraph states are not supported",
                "select": "select is not supported: the whole state is returned"}
 
 
@@ -61,6 +64,12 @@ class ThreadPatch(_Lenient):
 class Checkpoint(_Lenient):
     checkpoint_id: str | None = Field(None, max_length=128)
     checkpoint_ns: Literal[""] = Field("", description="The root graph's (no subgraphs).")
+
+
+class CheckpointQuery(_Refusing):
+    """POST /threads/{id}/state/checkpoint: the state at that checkpoint."""
+
+    checkpoint: Checkpoint
 
 
 class StateUpdate(_Lenient):
@@ -107,13 +116,19 @@ class RunCreate(_Refusing):
     interrupt_before: Literal["*"] | list[str] | None = Field(
         None, description="Pause before these nodes (their names, or every one: *).")
     interrupt_after: Literal["*"] | list[str] | None = None
-    multitask_strategy: Literal["reject", "enqueue", "interrupt"] | None = Field(
+    multitask_strategy: str | None = Field(
         None, description="On a busy thread: 409 (reject, the default), run after the "
-        "runs before it (enqueue), or cancel the running one (interrupt).")
+        "runs before it (enqueue), or cancel the running one (interrupt); rollback is "
+        "not supported.")
     checkpoint_id: str | None = Field(None, max_length=128, description="Run from this "
                                       "checkpoint of the thread (a fork), not the latest.")
     checkpoint: Checkpoint | None = None
     if_not_exists: Literal["reject", "create"] | None = None
+
+    @field_validator("multitask_strategy")
+    @classmethod
+    def _strategy(cls, v: str | None) -> str | None:
+        return None if v is None else multitask({"multitask_strategy": v})
 
     def wire(self) -> dict[str, Any]:
         """What crosses to the run service."""
