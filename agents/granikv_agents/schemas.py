@@ -13,10 +13,10 @@ from granikv_agents.database import is_postgres
 from granikv_agents.graph import RetryConfig
 from granikv_agents.graphs import DEFAULT_GRAPH_MODULES
 from granikv_agents.spec import TeamSpec
+from granikv_platform.env import data_path
 from granikv_platform.names import TEAM_RE
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class RetryOptions(BaseModel):
@@ -42,7 +42,8 @@ class AgentsOptions(BaseModel):
                                    "(default <tmp>/granikv-<app>-runs.sqlite) or a "
                                    "postgresql:// URL.")
     specs_dir: str = Field("deploy/teams", description="Team spec files that POST /runs "
-                           "can name ({\"spec_name\": ...}); relative to the repository.")
+                           "can name ({\"spec_name\": ...}); a relative path is the repository's, "
+                           "else the installed package's (deploy/...).")
     auto_resume: bool = Field(True, description="A (re)started service resumes the runs "
                               "that its predecessor left unfinished.")
     retry: RetryOptions = Field(default_factory=lambda: RetryOptions.model_validate({}))
@@ -78,8 +79,10 @@ class AgentsOptions(BaseModel):
         return str(path)
 
     def specs_folder(self) -> Path:
+        """An absolute specs_dir as given; a relative one in the checkout, else in the
+        installed package's data (an image's non-editable install)."""
         p = Path(self.specs_dir)
-        return p if p.is_absolute() else REPO_ROOT / p
+        return p if p.is_absolute() else data_path(self.specs_dir)
 
 
 class RunCreate(BaseModel):
