@@ -271,3 +271,19 @@ def test_interrupt_before_and_multitask(store_url: str) -> None:
 
 def test_events_and_debug_stream_modes(store_url: str) -> None:
     asyncio.run(_events_and_debug_stream_modes(store_url))
+
+
+async def _if_not_exists_creates_only_a_valid_run(url: str) -> None:
+    tid = f"th-{uuid.uuid4().hex[:8]}"
+    async for ex in opened(url, script("made")):
+        body = {"assistant_id": "chat", "input": ask("hi"), "if_not_exists": "create"}
+        for bad in ({**body, "assistant_id": "nobody"}, {**body, "input": {"nope": 1}}):
+            with pytest.raises((NotFound, ValueError)):
+                await ex.create_run("t", tid, bad)
+            with pytest.raises(NotFound):
+                await ex.get_thread("t", tid)  # a refused run made no thread
+        assert texts(await run_to_end(ex, "t", tid, body)) == ["hi", "made"]
+
+
+def test_if_not_exists_creates_only_a_valid_run(store_url: str) -> None:
+    asyncio.run(_if_not_exists_creates_only_a_valid_run(store_url))

@@ -206,10 +206,10 @@ class ThreadExecutor:
         """A run of ``body["assistant_id"]``, checked before anything is stored. On a busy
         thread, ``multitask_strategy`` says: ``reject`` (409), ``enqueue`` (it runs when
         the runs before it are done) or ``interrupt`` (the running one is cancelled)."""
-        thread = await self._run_thread(team, thread_id, body)
         assistant_id = str(body.get("assistant_id") or "")
         spec_team = self.assistant(team, assistant_id)
         kwargs = run_kwargs(team_graph(spec_team, self.saver), body)
+        thread = await self._run_thread(team, thread_id, body)
         key = thread.checkpoint_thread
         running = self.slots.running(key)
         if running is not None and kwargs["multitask_strategy"] == "reject":
