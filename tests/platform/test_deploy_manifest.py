@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from granikv_agents.schemas import AgentsOptions
+from granikv_agents.spec_file import load_spec, spec_names
 from granikv_platform.loader import load_serve_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -88,3 +90,70 @@ def test_the_image_is_built_on_the_pinned_ray() -> None:
     images = {c["image"] for pod in pods(manifest()) for c in pod["containers"]}
     assert images == {"granikv/platform:0.1.0-gpu"} and "granikv/platform:0.1.0-gpu" in \
         MANIFEST.read_text().split("docker build")[1].splitlines()[0]
+
+
+def references(node: Any) -> set[tuple[str, str]]:
+    """Every (kind, name) of a claim, Secret or ConfigMap that ``node`` refers to."""
+    keys = {("persistentVolumeClaim", "claimName"): "PersistentVolumeClaim",
+            ("secret", "secretName"): "Secret", ("secretKeyRef", "name"): "Secret",
+            ("secretRef", "name"): "Secret", ("configMap", "name"): "ConfigMap",
+            ("configMapKeyRef", "name"): "ConfigMap", ("configMapRef", "name"): "ConfigMap"}
+    out: set[tuple[str, str]] = set()
+    if isinstance(node, dict):
+        for k, v in node.items():
+            for (field, name_key), kind in keys.items():
+                if k == field and isinstance(v, dict) and name_key in v:
+                    out.add((kind, v[name_key]))
+            out |= references(v)
+    elif isinstance(node, list):
+        for v in node:
+            out |= references(v)
+    return out
+
+
+def test_every_claim_secret_and_config_map_is_defined_or_yours_to_create() -> None:
+    """A pod whose volume's claim exists nowhere never schedules: each reference is
+    defined in deploy/kuberay/ or made by a command in the manifest's header."""
+    defined = {(d["kind"], d["metadata"]["name"]) for p in sorted((DEPLOY / "kuberay").glob(
+        "*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d}
+    header = [ln for ln in MANIFEST.read_text().splitlines() if ln.startswith("#")]
+    documented = {("Secret", m.split()[0]) for ln in header
+                  for m in ln.split("kubectl create secret generic ")[1:]}
+    refs = references(manifest())
+    assert ("PersistentVolumeClaim", "granikv-models") in refs
+    missing = refs - defined - documented
+    assert not missing, f"referenced, defined nowhere: {sorted(missing)}"
+
+
+def test_worker_pods_are_ready_when_the_app_is() -> None:
+    """Workers serve traffic through their Serve proxy: ready = the app's /readyz there.
+    The head keeps KubeRay's probes (the operator deploys the app once the head is
+    ready, so /readyz there would wait for itself)."""
+    (app,) = load_serve_config(MANIFEST).apps
+    cluster = manifest()["spec"]["rayClusterConfig"]
+    for group in cluster["workerGroupSpecs"]:
+        (c,) = group["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        probe = c["readinessProbe"]["httpGet"]
+        assert probe["path"] == f"{app.route_prefix.rstrip('/')}/readyz"
+        assert ports[probe["port"]] == yaml.safe_load(
+            manifest()["spec"]["serveConfigV2"])["http_options"]["port"]
+        assert "livenessProbe" not in c  # KubeRay's: the node's health, not the app's
+    (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
+    assert "readinessProbe" not in head and "livenessProbe" not in head
+
+
+def test_ray_endpoints_on_the_pod_address_need_a_token() -> None:
+    cluster = manifest()["spec"]["rayClusterConfig"]
+    assert cluster["headGroupSpec"]["rayStartParams"].get("dashboard-host") == "0.0.0.0"
+    assert cluster["authOptions"] == {"mode": "token"}
+
+
+def test_every_team_of_the_manifest_has_its_assistants() -> None:
+    """The threads API lists the spec files of the agents service's specs_dir whose team
+    is the caller's: each team of the manifest has at least one."""
+    (app,) = load_serve_config(MANIFEST).apps
+    (svc,) = [s for s in app.config.services if s.name == "agents"]
+    folder = AgentsOptions.model_validate(svc.options).specs_folder()
+    teams = {load_spec(folder / f"{n}.yaml").team for n in spec_names(folder)}
+    assert {t.name for t in app.config.teams} <= teams, (folder, teams)

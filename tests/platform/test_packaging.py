@@ -50,3 +50,27 @@ def test_install_files_name_no_path_outside_the_repository() -> None:
     for path in [REPO / "pyproject.toml", REPO / "Makefile", *REQS.glob("*.txt")]:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             assert not outside.search(line), f"{path.name}:{n} names a path outside: {line}"
+
+
+def names(path: Path) -> set[str]:
+    return {canonicalize_name(Requirement(ln.split("#")[0]).name)
+            for ln in path.read_text().splitlines()
+            if ln.split("#")[0].strip() and not ln.startswith("-")}
+
+
+def test_test_only_packages_are_in_dev_txt_not_in_what_the_image_installs() -> None:
+    """gpu.txt (the image's) and cpu.txt hold what the platform runs; dev.txt holds the
+    dev extra exactly, and both make install paths install it for the tests."""
+    dev = {canonicalize_name(Requirement(r).name)
+           for r in PYPROJECT["project"]["optional-dependencies"]["dev"]}
+    runtime = {canonicalize_name(Requirement(r).name) for key in ("gpu", "serve", "agents")
+               for r in PYPROJECT["project"]["optional-dependencies"][key]}
+    for name in ("cpu.txt", "gpu.txt"):
+        leaked = names(REQS / name) & (dev - runtime)
+        assert not leaked, f"{name} installs test-only {sorted(leaked)}"
+    assert dev <= names(REQS / "dev.txt") and "pgserver" in dev
+    install = (REPO / "Makefile").read_text().split("\n$(STAMP):")[1].split("\ntest:")[0]
+    assert install.count("-r requirements/dev.txt") == 2, install  # the GPU and CPU paths
+    assert "requirements/gpu.txt" in (REPO / "deploy" / "Dockerfile").read_text()
+    assert "dev.txt" not in (REPO / "deploy" / "Dockerfile").read_text()
+    assert "make install" in (REPO / ".ci" / "run").read_text()
