@@ -12,6 +12,7 @@ or ``ErrorItem``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from granikv_engine.vllm_plugin.client import acontrol, aregister
 from granikv_platform.context_frame import Frame, Spliced, frame_of, splice
 from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
 from granikv_platform.frontend import frontend_namespace
+from granikv_platform.input_checks import InputChecks
 from granikv_platform.openai_bodies import ChatCompletionRequest, CompletionRequest
 from granikv_platform.protocol import (
     Item,
@@ -46,6 +48,10 @@ from granikv_platform.protocol import (
 )
 from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls
+from granikv_platform.stream_end import StreamEnd, before_done, error_event
+from granikv_platform.token_ids import detokenize_problem
+
+logger = logging.getLogger("ray.serve")
 
 # Response header of a team chat: whether its prompt starts with the team's HOT prefix.
 PREFIX_HEADER = "x-granikv-prefix"
@@ -158,6 +164,11 @@ class EngineHost:
         await init_app_state(llm, state, args,
                              supported_tasks=await llm.get_supported_tasks())
         splice_context(state.openai_serving_chat)
+        checks = InputChecks(llm.model_config.get_vocab_size(),
+                             llm.model_config.max_model_len,
+                             str(vllm_config.structured_outputs_config.backend))
+        checks.install(state.openai_serving_chat, "render_chat_request")
+        checks.install(state.openai_serving_completion, "render_completion_request")
         if max_prompt_tokens is not None and max_prompt_tokens < llm.model_config.max_model_len:
             cap_prompts(state.openai_serving_chat, "render_chat_request", max_prompt_tokens)
             cap_prompts(state.openai_serving_completion, "render_completion_request",
@@ -185,7 +196,7 @@ class EngineHost:
         try:
             out = await self.state.openai_serving_chat.create_chat_completion(request, None)
         except Exception as e:  # vllm serve's exception handlers, as items
-            out = create_error_response(e)
+            out = _failed("chat", e)
         async for item in _items(out):
             yield item
 
@@ -198,7 +209,7 @@ class EngineHost:
         try:
             out = await self.state.openai_serving_completion.create_completion(request, None)
         except Exception as e:
-            out = create_error_response(e)
+            out = _failed("completion", e)
         async for item in _items(out):
             yield item
 
@@ -255,6 +266,10 @@ class EngineHost:
             request = DetokenizeRequest.model_validate(body)
         except ValidationError as e:
             return error_item(422, validation_message(e))
+        tokenizer = self.llm.renderer.tokenizer
+        why = detokenize_problem(request.tokens, len(tokenizer)) if tokenizer else None
+        if why is not None:
+            return error_item(400, why)
         return await _unary(self.state.serving_tokenization.create_detokenize(request, None))
 
     async def render_system(self, text: str) -> list[int]:
@@ -299,6 +314,14 @@ class EngineHost:
     async def stats(self) -> dict[str, Any]:
         return {"granikv": await acontrol(self.llm, "stats"),
                 "frontend": self.throughput.snapshot()}
+
+
+def _failed(kind: str, e: Exception) -> ErrorResponse:
+    """vLLM serve's answer to an exception raised while serving, with its cause logged."""
+    out = create_error_response(e)
+    logger.warning("%s request failed (%d): %r", kind, out.error.code, e,
+                   exc_info=e if out.error.code >= 500 else None)
+    return out
 
 
 def cap_prompts(serving: Any, render: str, limit: int) -> None:
@@ -384,7 +407,26 @@ async def _items(out: Any) -> AsyncIterator[Item]:
     if isinstance(out, ErrorResponse):
         yield error_item(out.error.code, out.error.message, out.error.type)
     elif hasattr(out, "__aiter__"):  # stream=True: SSE lines, "data: [DONE]" last
-        async for chunk in out:
-            yield SseItem(chunk)
+        async for item in _stream(out):
+            yield item
     else:
         yield JsonItem(out.model_dump(mode="json"))
+
+
+async def _stream(chunks: AsyncIterator[str]) -> AsyncIterator[Item]:
+    """vLLM's SSE chunks; a stream that would end with neither a finish nor an error
+    event (a request the engine failed after admission), or that raises, ends with an
+    OpenAI-shaped error event before its ``[DONE]``."""
+    end = StreamEnd()
+    try:
+        async for chunk in chunks:
+            end.see(chunk)
+            if end.done and end.abnormal:
+                logger.warning("a stream ended with no finish_reason and no error event")
+                chunk = before_done(chunk, error_event(
+                    "the request failed in the engine before it finished"))
+            yield SseItem(chunk)
+    except Exception as e:
+        logger.warning("a stream failed: %r", e, exc_info=e)
+        yield SseItem(error_event("the request failed in the engine before it finished")
+                      + "data: [DONE]\n\n")

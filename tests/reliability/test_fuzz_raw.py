@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.conftest import API_KEYS, auth
+from tests.conftest import API_KEYS, REPO, auth
 from tests.reliability.figures import record
 from tests.reliability.test_fuzz_api import engine_still_answers, live_replicas
 
@@ -182,6 +182,72 @@ def keyless_team_cases() -> Iterator[Case]:
                                (401,))
 
 
+# The tiny model's vocabulary: the embedding's and the logits' size.
+VOCAB = int(json.loads((REPO / "deploy/models/tiny-llama/config.json").read_text())[
+    "vocab_size"])
+# Token ids at the vocabulary's edge, with the status each must get: the last id is
+# served, the others refused before the engine (one of them reaching it killed it).
+BOUNDARY = [(VOCAB - 1, 200), (VOCAB, 400), (-1, 400), (2**31, 400)]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "string"}}}}}
+FORCED = ("required", {"type": "function", "function": {"name": "f"}})
+
+
+def token_id_fields(t: int) -> Iterator[tuple[str, str, dict[str, object]]]:
+    """(label, kind, fields) of every request field that carries token ids to the engine;
+    ``kind``: "completion" (the field is a completion's own) or "any"."""
+    yield f"prompt [{t}]", "completion", {"prompt": [t]}
+    yield f"prompt [[5], [{t}]]", "completion", {"prompt": [[5], [t]]}
+    yield f"stop_token_ids [{t}] with min_tokens", "any", {"stop_token_ids": [t],
+                                                            "min_tokens": 1}
+    yield f"allowed_token_ids [{t}]", "any", {"allowed_token_ids": [t]}
+    yield f"logit_bias {{{t}: 5}}", "any", {"logit_bias": {str(t): 5}}
+    yield f"bad_words {t}", "any", {"bad_words": [str(t)]}
+
+
+def token_id_cases() -> Iterator[Case]:
+    """Token ids at the vocabulary's edge in every field that carries them, on /v1 and
+    a team's routes, chats and completions; and /detokenize."""
+    routes = [("/v1/completions", COMPLETION, "completion"),
+              ("/teams/fuzz/v1/completions", COMPLETION, "completion"),
+              ("/v1/chat/completions", CHAT, "chat"),
+              ("/teams/fuzz/v1/chat/completions", CHAT, "chat")]
+    for t, status in BOUNDARY:
+        for path, valid, kind in routes:
+            for label, field_kind, fields in token_id_fields(t):
+                if field_kind != "any" and field_kind != kind:
+                    continue
+                body = {**valid, "max_tokens": 2, **fields}
+                # bad_words are words, tokenized by vLLM: any text is served
+                status_ = 200 if label.startswith("bad_words") else status
+                yield Case(f"token ids: {path} {label}", "POST", path,
+                           json.dumps(body).encode(), {"Content-Type": JSON}, (status_,))
+        yield Case(f"token ids: /detokenize [{t}]", "POST", "/detokenize",
+                   json.dumps({"model": MODEL, "tokens": [t]}).encode(),
+                   {"Content-Type": JSON}, (status,))
+
+
+def constraint_cases() -> Iterator[Case]:
+    """Tool schemas and structured-output constraints the grammar backend refuses
+    (a 400 before the engine, streamed or not), and forced tool choices it serves."""
+    selfref = {"type": "function", "function": {"name": "f", "parameters": {"$ref": "#"}}}
+    refused: list[tuple[str, dict[str, object]]] = []
+    for choice in FORCED:
+        refused.append((f"a tool whose parameters are {{$ref: #}}, tool_choice {choice}",
+                        {"tools": [selfref], "tool_choice": choice}))
+    refused += [("choice with a newline", {"structured_outputs": {"choice": ["a\nb", "c"]}}),
+                ("regex that does not parse", {"structured_outputs": {"regex": "a(b"}})]
+    served = [(f"tool_choice {c}", {"tools": [TOOL], "tool_choice": c}) for c in FORCED]
+    for path in ("/v1/chat/completions", "/teams/fuzz/v1/chat/completions"):
+        for stream in (False, True):
+            for label, fields, status in [*((lb, f, 400) for lb, f in refused),
+                                          *((lb, f, 200) for lb, f in served)]:
+                body = {**CHAT, "max_tokens": 8, "stream": stream, **fields}
+                yield Case(f"constraint: {path} {label}{' streamed' if stream else ''}",
+                           "POST", path, json.dumps(body).encode(), {"Content-Type": JSON},
+                           (status,))
+
+
 def send(c: httpx.Client, case: Case) -> httpx.Response:
     url = c.base_url.copy_with(raw_path=case.path.encode())  # as written: no normalizing
     request = c.build_request(case.method, url, content=case.body, headers=case.headers)
@@ -212,7 +278,7 @@ def why_wrong(case: Case, r: httpx.Response) -> str | None:
 def test_raw_bodies_headers_methods_and_paths(base_url: str) -> None:
     replicas_before = live_replicas()
     cases = [*body_cases(), *header_cases(), *method_and_path_cases(),
-             *keyless_team_cases()]
+             *keyless_team_cases(), *token_id_cases(), *constraint_cases()]
     statuses: Counter[str] = Counter()
     problems: list[str] = []
     with httpx.Client(base_url=base_url, headers=auth("fuzz"), timeout=120) as c:
@@ -229,7 +295,9 @@ def test_raw_bodies_headers_methods_and_paths(base_url: str) -> None:
            server_errors=server_errors, findings=len(problems),
            body_cases=sum(1 for _ in body_cases()), header_cases=sum(1 for _ in header_cases()),
            method_and_path_cases=sum(1 for _ in method_and_path_cases()),
-           keyless_team_cases=sum(1 for _ in keyless_team_cases()), afterwards=still,
+           keyless_team_cases=sum(1 for _ in keyless_team_cases()),
+           token_id_cases=sum(1 for _ in token_id_cases()),
+           constraint_cases=sum(1 for _ in constraint_cases()), afterwards=still,
            replicas_unchanged=live_replicas() == replicas_before)
     assert not problems, f"{len(problems)} of {len(cases)}:\n" + "\n".join(problems[:60])
     assert live_replicas() == replicas_before, "a replica died or restarted"
@@ -242,3 +310,43 @@ def test_models_name_the_model_not_a_server_path(base_url: str) -> None:
             card = r.json()["data"][0]
             assert r.status_code == 200 and card["root"] == card["id"] == MODEL, r.text
             assert not LEAKS.search(r.text), r.text
+
+
+def stream_problem(r: httpx.Response) -> str | None:
+    """Why a 200 event stream is not a whole answer: each one ends with a finish or an
+    error event, then [DONE]."""
+    if not r.headers.get("content-type", "").startswith("text/event-stream"):
+        return None
+    events = [x for x in r.text.split("\n\n") if x.startswith("data: ")]
+    if not events or events[-1] != "data: [DONE]":
+        return f"a stream without [DONE]: {r.text[-200:]!r}"
+    if '"finish_reason":"' not in r.text.replace(" ", "") and '{"error":' not in r.text:
+        return f"a stream with neither a finish nor an error: {r.text[-300:]!r}"
+    return None
+
+
+def test_token_id_boundaries_and_constraints(base_url: str) -> None:
+    """Every field that carries token ids, at the vocabulary's edge, and constraints the
+    grammar backend refuses, on /v1 and a team's routes: the statuses above, each
+    stream whole, and afterwards every replica alive and answering (one out-of-range id
+    used to kill an engine for every team)."""
+    replicas_before = live_replicas()
+    cases = [*token_id_cases(), *constraint_cases()]
+    problems: list[str] = []
+    statuses: Counter[str] = Counter()
+    with httpx.Client(base_url=base_url, headers=auth("fuzz"), timeout=120) as c:
+        for case in cases:
+            r = send(c, case)
+            statuses[str(r.status_code)] += 1
+            why = why_wrong(case, r) or stream_problem(r)
+            if why is not None:
+                problems.append(f"{case.label}: {why}")
+        for _ in range(4):  # Serve spreads these over both replicas
+            r = c.post("/v1/completions", json={**COMPLETION, "max_tokens": 2})
+            assert r.status_code == 200, r.text
+    still = engine_still_answers(base_url)
+    record("token_ids", cases=len(cases), statuses=dict(sorted(statuses.items())),
+           findings=len(problems), afterwards=still,
+           replicas_unchanged=live_replicas() == replicas_before)
+    assert not problems, f"{len(problems)} of {len(cases)}:\n" + "\n".join(problems)
+    assert live_replicas() == replicas_before, "a replica died or restarted"

@@ -1,0 +1,49 @@
+"""Structured-output constraints checked the way the engine's grammar backend will read
+them, before the request is admitted.
+
+vLLM validates a request's constraint (``choice``, ``regex``, ``json``, ``grammar``,
+``structural_tag``: from ``structured_outputs``, ``response_format`` or a forced tool
+choice) when it builds the sampling parameters; with the ``auto`` backend, one that
+xgrammar refuses is accepted for another backend. But the engine core holds ONE grammar
+backend, chosen by the first constrained request (xgrammar, in practice): the accepted
+request then fails in the engine after admission (a 500, or a stream that ends without
+a finish). Here a constraint is checked with xgrammar's own validation
+(``validate_xgrammar_grammar``), on a copy, whenever the engine may use xgrammar; a
+refusal is the client's mistake (400). A tool's parameters that refer to themselves
+(``{"$ref": "#"}``) are one such: with a forced tool choice they become a structural tag
+that xgrammar refuses and the fallback's validation failed on with a KeyError (a 500).
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+
+def uses_xgrammar(backend: str) -> bool:
+    """Whether an engine configured with ``backend`` may compile with xgrammar."""
+    return backend == "auto" or backend.startswith("xgrammar")
+
+
+def structured_problem(params: Any, backend: str = "auto") -> str | None:
+    """Why ``params`` (vLLM's ``StructuredOutputsParams``, or None) cannot be compiled by
+    the engine's grammar backend; None when it can (or there is no constraint)."""
+    if params is None or not uses_xgrammar(backend):
+        return None
+    from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
+
+    try:  # it rewrites a choice as a grammar: on a copy
+        validate_xgrammar_grammar(SimpleNamespace(  # type: ignore[arg-type]  # reads only this
+            structured_outputs=copy.deepcopy(params)))
+    except Exception as e:  # xgrammar's own errors too: the engine would raise them
+        return f"structured output: {_first_line(e)}"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    cause = e.__cause__
+    if cause is not None and str(cause).strip():
+        text = f"{text} ({str(cause).strip()})"
+    return " ".join(text.split())[:500]
