@@ -48,6 +48,7 @@ from granikv_platform.protocol import (
 )
 from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls
+from granikv_platform.stream_collect import as_stream, assemble_chat, events, forced_tool
 from granikv_platform.stream_end import StreamEnd, before_done, error_event
 from granikv_platform.token_ids import detokenize_problem
 
@@ -186,6 +187,10 @@ class EngineHost:
     # ---- OpenAI -------------------------------------------------------------------
     async def chat(self, body: dict[str, Any],
                    splice: ContextSplice | None = None) -> AsyncIterator[Item]:
+        # an unstreamed chat with a forced tool: its stream, assembled (stream_collect.py)
+        gather = forced_tool(body) and not body.get("stream") and not body.get("logprobs")
+        if gather:
+            body = as_stream(body)
         try:
             request = ChatCompletionRequest.model_validate(body)
         except ValidationError as e:
@@ -197,7 +202,7 @@ class EngineHost:
             out = await self.state.openai_serving_chat.create_chat_completion(request, None)
         except Exception as e:  # vllm serve's exception handlers, as items
             out = _failed("chat", e)
-        async for item in _items(out):
+        async for item in (_gathered(_items(out)) if gather else _items(out)):
             yield item
 
     async def completions(self, body: dict[str, Any]) -> AsyncIterator[Item]:
@@ -430,3 +435,25 @@ async def _stream(chunks: AsyncIterator[str]) -> AsyncIterator[Item]:
         logger.warning("a stream failed: %r", e, exc_info=e)
         yield SseItem(error_event("the request failed in the engine before it finished")
                       + "data: [DONE]\n\n")
+        return
+    if not end.done:  # ended without [DONE]
+        logger.warning("a stream ended without [DONE]")
+        yield SseItem((error_event("the request failed in the engine before it finished")
+                       if end.abnormal else "") + "data: [DONE]\n\n")
+
+
+async def _gathered(items: AsyncIterator[Item]) -> AsyncIterator[Item]:
+    """A stream's items as one JSON answer (``assemble_chat``); an error item as it is."""
+    texts: list[str] = []
+    async for item in items:
+        if not isinstance(item, SseItem):
+            yield item
+            return
+        texts.append(item.text)
+    answer = assemble_chat(events(texts))
+    err = answer.get("error")
+    if isinstance(err, dict):
+        yield error_item(int(err.get("code") or 500), str(err.get("message") or "failed"),
+                         err.get("type"))
+        return
+    yield JsonItem(answer)

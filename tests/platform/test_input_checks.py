@@ -5,7 +5,9 @@ event stream ended (stream_end.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from vllm.sampling_params import StructuredOutputsParams
@@ -128,3 +130,32 @@ def _tag(schema: dict[str, object]) -> str:
         "type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [{
             "begin": "<tool_call>", "end": "</tool_call>",
             "content": {"type": "json_schema", "json_schema": schema}}]}})
+
+
+# What vLLM 0.26 streamed for a chat whose constraint xgrammar refused after admission:
+# the role chunk, then [DONE] (the unstreamed form was a 500).
+FAILED_STREAM = [
+    'data: {"id":"chatcmpl-8","object":"chat.completion.chunk","created":1,"model":"tiny-llama",'
+    '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+    '"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n',
+    "data: [DONE]\n\n"]
+
+
+def test_the_engine_hosts_stream_ends_a_failed_stream_with_an_error_event() -> None:
+    from granikv_platform.engine import _stream
+
+    async def relay(chunks: list[str]) -> str:
+        async def gen() -> AsyncIterator[str]:
+            for c in chunks:
+                yield c
+        return "".join([item.text async for item in _stream(gen())])  # type: ignore[union-attr]
+
+    text = asyncio.run(relay(FAILED_STREAM))
+    events = [e for e in text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    error = json.loads(events[-2][6:])["error"]
+    assert error["code"] == 500 and error["message"], error
+    cut = asyncio.run(relay(FAILED_STREAM[:1]))  # not even [DONE]
+    assert cut.endswith("}\n\ndata: [DONE]\n\n") and '{"error":' in cut
+    finished = FAILED_STREAM[0].replace('"finish_reason":null', '"finish_reason":"stop"')
+    assert asyncio.run(relay([finished, "data: [DONE]\n\n"])) == finished + "data: [DONE]\n\n"
