@@ -86,7 +86,7 @@ class ThreadExecutor:
         db = await open_database(url)
         try:
             async with open_checkpointer(url) as saver:
-                ex = cls(await ThreadStore.open(db), saver, assistants, context_of)
+                ex = cls(await ThreadStore.open(db, saver), saver, assistants, context_of)
                 try:
                     await ex._recover(auto_resume)
                     yield ex

@@ -6,16 +6,26 @@ names the team. The checkpoints hold a thread's state under the LangGraph thread
 this store adds what LangGraph Server shows besides: its status and metadata, each run's
 status and options, and the ordered events a run streamed (so a client that reconnects
 with ``Last-Event-ID`` gets the rest). Listing pages in SQL.
+
+The previous release kept threads in ``granikv_threads``, keyed by thread id alone, with
+their checkpoints under the bare id. A store that finds that table carries every thread
+in it over when it opens (``carry_over``), then renames it ``granikv_threads_premigration``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from granikv_agents.database import Database
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from granikv_agents.checkpointers import copy_checkpoints
+from granikv_agents.database import Database, PostgresDatabase
+
+logger = logging.getLogger(__name__)
 
 RunStatus = Literal["pending", "running", "success", "error", "timeout", "interrupted"]
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
@@ -65,6 +75,11 @@ def checkpoint_thread(team: str, thread_id: str) -> str:
     return f"{team}/{thread_id}"
 
 
+async def create_tables(db: Database) -> None:
+    for ddl in _SCHEMA:
+        await db.run(ddl)
+
+
 @dataclass(frozen=True)
 class ThreadRun:
     run_id: str
@@ -96,9 +111,18 @@ class ThreadStore:
         self.db = db
 
     @classmethod
-    async def open(cls, db: Database) -> ThreadStore:
-        for ddl in _SCHEMA:
-            await db.run(ddl)
+    async def open(cls, db: Database,
+                   saver: BaseCheckpointSaver[Any] | None = None) -> ThreadStore:
+        """The store on ``db``; the previous release's threads carried over first (their
+        checkpoints by ``saver``, required where there are any)."""
+        await create_tables(db)
+        if await _has_table(db, _OLD):
+            if saver is None:
+                raise RuntimeError(f"{_OLD} holds threads of the previous release: the "
+                                   "store needs the checkpointer to carry them over")
+            carried = await carry_over(db, saver)
+            logger.info("GraniKV: carried over %d threads of the previous release to "
+                        "team-scoped thread ids", carried)
         return cls(db)
 
     # ---- threads ----------------------------------------------------------------------
@@ -200,3 +224,53 @@ class ThreadStore:
             "SELECT seq, event, data FROM granikv_thread_events WHERE run_id = ? AND seq > ? "
             "ORDER BY seq", (run_id, after))
         return [StreamEvent(int(s), str(e), json.loads(d)) for s, e, d in rows]
+
+
+# ---- the previous release's threads ------------------------------------------------------
+_OLD = "granikv_threads"  # thread_id the key, checkpoints under the bare thread id
+_KEPT = "granikv_threads_premigration"
+
+
+async def old_threads(db: Database) -> list[ThreadRecord]:
+    """The threads the previous release stored, oldest first."""
+    rows = await db.run(f"SELECT {_THREAD} FROM {_OLD} ORDER BY created_at, thread_id")
+    return [ThreadRecord.of(r) for r in rows]
+
+
+async def carry_over(db: Database, saver: BaseCheckpointSaver[Any]) -> int:
+    """Every old thread carried over (``carry_over_thread``), then the old table renamed;
+    how many threads were new here. A carry-over that stopped half-way (the process died)
+    is completed by the next: each step is idempotent and the table goes last."""
+    carried = sum([await carry_over_thread(db, saver, rec) for rec in await old_threads(db)])
+    kept = _KEPT
+    while await _has_table(db, kept):  # a previous carry-over's, after a downgrade
+        kept = f"{_KEPT}_{time.time_ns()}"
+    await db.run(f"ALTER TABLE {_OLD} RENAME TO {kept}")
+    return carried
+
+
+async def carry_over_thread(db: Database, saver: BaseCheckpointSaver[Any],
+                            rec: ThreadRecord) -> bool:
+    """One old thread under its team: its checkpoints copied from the bare id to
+    ``<team>/<id>`` (a repeated copy rewrites the same checkpoints), then its row (kept if
+    there already). Its runs and events keep their keys: they named the team already.
+    The bare-id checkpoints stay for a downgrade, but not an id with a ``/``, which would
+    read as another team's thread (``u/b`` is team ``u``'s ``b``). Whether the row is new."""
+    await copy_checkpoints(saver, rec.thread_id, rec.checkpoint_thread)
+    rows = await db.run(
+        f"INSERT INTO granikv_team_threads ({_THREAD}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (team, thread_id) DO NOTHING RETURNING thread_id",
+        (rec.thread_id, rec.team, rec.assistant_id, rec.status, json.dumps(rec.metadata),
+         rec.created_at, rec.updated_at))
+    if "/" in rec.thread_id:
+        await saver.adelete_thread(rec.thread_id)
+    return bool(rows)
+
+
+async def _has_table(db: Database, name: str) -> bool:
+    if isinstance(db, PostgresDatabase):
+        sql = ("SELECT 1 FROM information_schema.tables WHERE table_schema = "
+               "current_schema() AND table_name = ?")
+    else:
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return bool(await db.run(sql, (name,)))
