@@ -183,6 +183,9 @@ class IngressConfig(_Deployed):
     max_ongoing_requests: int = Field(1024, ge=1, description="Per-ingress concurrency cap.")
     request_timeout_s: float = Field(600.0, gt=0, description="Longest wait for a replica's "
                                      "first answer (504 after).")
+    replica_wait_s: float = Field(10.0, gt=0, description="Longest wait for an LLM replica "
+                                  "to take a request (none running, or all at "
+                                  "max_ongoing_requests): 503 with Retry-After after.")
 
 
 class AuthConfig(_Strict):

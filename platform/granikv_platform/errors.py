@@ -98,9 +98,14 @@ def unavailable(e: Exception) -> ApiError:
 
 
 def error_response(item: ErrorItem) -> JSONResponse:
-    """The error as an HTTP answer (``client_error``)."""
+    """The error as an HTTP answer (``client_error``). A 503 (a replica lost, restarting
+    or whose engine died; none free) says when to retry."""
     status, body = client_error(item)
-    return JSONResponse(body, status_code=status)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+RETRY_AFTER_S = 1
 
 
 def client_error(item: ErrorItem) -> tuple[int, dict[str, Any]]:
@@ -145,7 +150,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, e: ApiError) -> JSONResponse:
         response = error_response(error_item(e.status, e.message))
-        if e.retry_after_s is not None:
+        if e.retry_after_s is not None:  # replaces the 503's default
             response.headers["Retry-After"] = str(e.retry_after_s)
         return response
 

@@ -1,19 +1,24 @@
 """LLMReplica: the Serve deployment around one GraniKV engine (``EngineHost``).
 
 Start-up: engine, then the team contexts of the config seeded into the registry, then a
-full reconcile with the registry (a restarted replica re-pins every prefix here), then a
-background loop that reconciles and reports stats every ``sync_period_s``.
+full reconcile with the registry (a restarted replica re-pins every prefix here), then one
+real chat and completion (warm-up), then a background loop that reconciles and reports
+stats every ``sync_period_s``: the first report is what /readyz waits for.
 The ingress calls the methods below through a DeploymentHandle; each answers with
-``protocol`` items. Serve drains a stopping replica (``graceful_shutdown_timeout_s``)
+``protocol`` items. An engine that dies (its core process gone) makes every method
+answer 503, and the replica's process exits within ``DEAD_ENGINE_EXIT_S`` so that Serve
+starts a new one. Serve drains a stopping replica (``graceful_shutdown_timeout_s``)
 before ``__del__`` shuts the engine down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from ray import serve
 
@@ -28,6 +33,7 @@ from granikv_platform.limits import LimitExceeded, generation_body
 from granikv_platform.placement import gpu_vllm_config
 from granikv_platform.protocol import (
     NO_TEAM_CONTEXT,
+    ErrorItem,
     Item,
     JsonItem,
     SseItem,
@@ -48,6 +54,34 @@ from granikv_platform.stream_batch import batch_sse
 from granikv_platform.sync import PrefixSync
 
 logger = logging.getLogger("ray.serve")
+
+_A = TypeVar("_A")
+# A replica whose engine died answers 503 for this long before its process exits (so
+# that streams in flight get their error event), and Serve starts a new replica at once.
+DEAD_ENGINE_EXIT_S = 1.0
+ENGINE_WATCH_S = 0.5  # how often the replica looks at its engine
+DEAD_ENGINE = ("this LLM replica's engine stopped; Serve is replacing the replica: "
+               "retry shortly")
+
+
+def needs_engine(method: Callable[..., Awaitable[_A]]) -> Callable[..., Awaitable[_A]]:
+    """A unary method that uses the engine: a 503 (not a 500) when the engine is dead,
+    before or during the call."""
+
+    @functools.wraps(method)
+    async def call(self: LLMReplica, *args: Any, **kwargs: Any) -> Any:
+        dead = self._dead()
+        if dead is not None:
+            return dead
+        try:
+            return await method(self, *args, **kwargs)
+        except Exception:
+            dead = self._dead()
+            if dead is None:
+                raise
+            return dead
+
+    return call
 
 
 class LLMReplica:
@@ -70,11 +104,13 @@ class LLMReplica:
             self.usage = TeamUsage()
             await self._seed_team_contexts()
             await self.sync.reconcile(force=True)
+            self.warmup = await self._warm_up()
             await self._report()
         except BaseException:
             self._shutdown_engine()
             raise
         self._loop = asyncio.create_task(self._background())
+        self._watch = asyncio.create_task(self._watch_engine())
         logger.info("GraniKV replica %s ready", self.replica_id)
 
     # ---- OpenAI (body normalized by the ingress: vllm_xargs carry the caller's team) --
@@ -128,6 +164,10 @@ class LLMReplica:
             yield item
 
     async def _serve(self, body: dict[str, Any], run: Any) -> AsyncIterator[Item]:
+        dead = self._dead()
+        if dead is not None:
+            yield dead
+            return
         try:  # max_tokens and n, here: the agents' calls do not pass the ingress
             body = generation_body(body, self.cfg.limits)
         except LimitExceeded as e:
@@ -146,7 +186,9 @@ class LLMReplica:
         self.inflight += 1
         try:
             async for item in batch_sse(run(body), self.cfg.replicas.stream_batch_ms / 1e3):
-                if isinstance(item, SseItem):
+                if isinstance(item, ErrorItem) and item.status >= 500:
+                    item = self._dead() or item  # the engine died under this request
+                elif isinstance(item, SseItem):
                     self.usage.chunks(team, item.text)
                 elif isinstance(item, JsonItem):
                     self.usage.answer(team, item.body)
@@ -154,13 +196,16 @@ class LLMReplica:
         finally:
             self.inflight -= 1
 
+    @needs_engine
     async def tokenize(self, body: dict[str, Any]) -> Item:
         return await self.engine.tokenize_body(body)
 
+    @needs_engine
     async def detokenize(self, body: dict[str, Any]) -> Item:
         return await self.engine.detokenize_body(body)
 
     # ---- prefix API (scoped to the calling team) ------------------------------------
+    @needs_engine
     async def register_prefix(self, team: str, body: dict[str, Any]) -> Item:
         req = PrefixCreate.model_validate(body)
         tokens = req.token_ids
@@ -177,6 +222,7 @@ class LLMReplica:
         except PrefixError as e:
             return prefix_error_item(e)
 
+    @needs_engine
     async def get_prefix(self, team: str, prefix_id: str) -> Item:
         try:
             spec = await self.sync.ensure(team, prefix_id, fresh=True)
@@ -184,6 +230,7 @@ class LLMReplica:
         except PrefixError as e:
             return prefix_error_item(e)
 
+    @needs_engine
     async def list_prefixes(self, team: str) -> Item:
         await self.sync.reconcile()  # answer from a replica that matches the registry
         records = {r["prefix_id"]: r for r in await self.engine.list_prefixes()}
@@ -191,6 +238,7 @@ class LLMReplica:
         return JsonItem({"object": "list", "data": [
             record_view(s, records.get(s.prefix_id, {})) for s in specs]})
 
+    @needs_engine
     async def delete_prefix(self, team: str, prefix_id: str) -> Item:
         try:
             spec = await self.sync.remove(prefix_id, team)
@@ -199,6 +247,7 @@ class LLMReplica:
             return prefix_error_item(e)
 
     # ---- team contexts ------------------------------------------------------------
+    @needs_engine
     async def set_team_context(self, team: str, text: str, source: str = "api") -> Item:
         try:
             tokens = await self.engine.render_system(text)
@@ -213,6 +262,7 @@ class LLMReplica:
         await self.sync.set_context(spec)
         return await self.get_team_context(team)
 
+    @needs_engine
     async def get_team_context(self, team: str) -> Item:
         """The registry's answer (a PUT through another replica shows at once); team
         chats use the local view, which follows within ``sync_period_s``."""
@@ -228,7 +278,35 @@ class LLMReplica:
 
     # ---- health, stats, shutdown --------------------------------------------------
     async def check_health(self) -> None:
+        """Fails at once when the engine died (vLLM's ``errored``), else unless the
+        engine core answers a round trip."""
         await self.engine.check_health()
+
+    def _dead(self) -> Item | None:
+        """A 503 when this replica's engine is dead (its core process exited or its
+        output loop failed), None when it runs."""
+        engine: EngineHost | None = self.__dict__.get("engine")
+        if engine is not None and not engine.llm.errored:
+            return None
+        return error_item(503, DEAD_ENGINE)
+
+    async def _watch_engine(self) -> None:
+        """A dead engine ends this replica's process: Serve sees the actor die and starts
+        a new replica at once (a failing health check takes three periods). Meanwhile
+        requests get a 503 (``_dead``)."""
+        while self._dead() is None:
+            await asyncio.sleep(ENGINE_WATCH_S)
+        logger.error("GraniKV replica %s: its engine stopped (%s); exiting in %.1f s so "
+                     "that Serve replaces it", self.replica_id,
+                     type(self.engine.llm.dead_error).__name__, DEAD_ENGINE_EXIT_S)
+        await asyncio.sleep(DEAD_ENGINE_EXIT_S)
+        try:
+            async with asyncio.timeout(2.0):
+                await self.hub.forget(self.replica_id)
+        finally:
+            self._shutdown_engine()  # the front end's sockets and shared memory
+            logging.shutdown()
+            os._exit(1)
 
     async def stats(self) -> dict[str, Any]:
         records = await self.engine.list_prefixes()
@@ -239,7 +317,7 @@ class LLMReplica:
                                                                   "state")} for r in records}
         return {"replica": self.replica_id, "model": self.cfg.model.model_id,
                 "inflight": self.inflight, "pinned_prefixes": pinned,
-                "teams": self.usage.snapshot(),
+                "teams": self.usage.snapshot(), "warmup_s": self.warmup, "pid": os.getpid(),
                 "prefix_hits": per_prefix, "registry_version": self.sync.version,
                 "sync_changes": self.sync.applied,
                 "request_path": {"hub_calls": self.calls.hub,
@@ -253,9 +331,9 @@ class LLMReplica:
 
     async def __del__(self) -> None:
         """Also runs after a failed ``__init__``: only what was made is undone."""
-        loop: asyncio.Task[None] | None = getattr(self, "_loop", None)
-        if loop is not None:
-            loop.cancel()
+        for task in (getattr(self, "_loop", None), getattr(self, "_watch", None)):
+            if task is not None:
+                task.cancel()
         try:
             if hasattr(self, "hub"):
                 await self.hub.forget(self.replica_id)
@@ -294,6 +372,27 @@ class LLMReplica:
             current = await self.hub.context(team.name)
             if current is None or (current.source == "config" and current.text != team.context):
                 await self.set_team_context(team.name, team.context, source="config")
+
+    async def _warm_up(self) -> dict[str, float]:
+        """One real generation of one token through each OpenAI path (chat template,
+        tokenizer, prefill, sampler), before the replica reports and so before /readyz
+        says ready: the first client request does not pay for the first run of each.
+        Returns the seconds each took; a failure is logged (the replica still starts)."""
+        model = self.cfg.model.model_id
+        calls: dict[str, tuple[Any, dict[str, Any]]] = {
+            "chat": (self.engine.chat, {"messages": [{"role": "user", "content": "hi"}]}),
+            "completion": (self.engine.completions, {"prompt": "hi"})}
+        took: dict[str, float] = {}
+        for kind, (run, body) in calls.items():
+            t0 = asyncio.get_running_loop().time()
+            items = [i async for i in run({**body, "model": model, "max_tokens": 1})]
+            if not items or not isinstance(items[-1], JsonItem):
+                logger.warning("GraniKV replica %s: warm-up %s answered %s", self.replica_id,
+                               kind, items[-1] if items else "nothing")
+                continue
+            took[kind] = round(asyncio.get_running_loop().time() - t0, 3)
+        logger.info("GraniKV replica %s: warmed up in %s s", self.replica_id, took)
+        return took
 
     async def _background(self) -> None:
         while True:

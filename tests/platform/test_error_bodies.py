@@ -134,3 +134,13 @@ def test_vllms_inline_stream_error_is_sanitized() -> None:
     event = json.loads(out.split("\n\n")[1][6:])["error"]
     assert event["code"] == 500 and event["request_id"] == "rid-stream"
     assert "/srv/models" not in event["message"] and "rid-stream" in event["message"]
+
+
+def test_a_replicas_503_says_when_to_retry() -> None:
+    """A replica answers 503 itself when its engine died (``LLMReplica._dead``)."""
+    from granikv_platform.replica import DEAD_ENGINE
+
+    r = answer(error_item(503, DEAD_ENGINE))
+    assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+    assert json.loads(r.body)["error"]["message"] == DEAD_ENGINE
+    assert "retry-after" not in answer(error_item(409, "taken")).headers
