@@ -17,6 +17,7 @@ that xgrammar refuses and the fallback's validation failed on with a KeyError (a
 from __future__ import annotations
 
 import copy
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -41,9 +42,14 @@ def structured_problem(params: Any, backend: str = "auto") -> str | None:
     return None
 
 
+# xgrammar's messages start with a time and its own source file: "[16:16:37]
+# /project/cpp/grammar_parser.cc:106: EBNF lexer error ...": the client gets the rest.
+_XGRAMMAR_WHERE = re.compile(r"\[\d\d:\d\d:\d\d\]\s*\S+:\d+:\s*")
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
     cause = e.__cause__
     if cause is not None and str(cause).strip():
         text = f"{text} ({str(cause).strip()})"
-    return " ".join(text.split())[:500]
+    return " ".join(_XGRAMMAR_WHERE.sub("", text).split())[:500]

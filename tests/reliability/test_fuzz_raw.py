@@ -218,13 +218,15 @@ def token_id_cases() -> Iterator[Case]:
                 if field_kind != "any" and field_kind != kind:
                     continue
                 body = {**valid, "max_tokens": 2, **fields}
-                # bad_words are words, tokenized by vLLM: any text is served
-                status_ = 200 if label.startswith("bad_words") else status
+                # bad_words are words, tokenized by vLLM: any text is served; a negative
+                # prompt id is refused by vLLM's request schema (422)
+                status_ = 200 if label.startswith("bad_words") else (
+                    422 if t < 0 and label.startswith("prompt") else status)
                 yield Case(f"token ids: {path} {label}", "POST", path,
                            json.dumps(body).encode(), {"Content-Type": JSON}, (status_,))
         yield Case(f"token ids: /detokenize [{t}]", "POST", "/detokenize",
                    json.dumps({"model": MODEL, "tokens": [t]}).encode(),
-                   {"Content-Type": JSON}, (status,))
+                   {"Content-Type": JSON}, (422 if t < 0 else status,))
 
 
 def constraint_cases() -> Iterator[Case]:
