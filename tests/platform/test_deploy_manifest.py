@@ -149,11 +149,14 @@ def test_ray_endpoints_on_the_pod_address_need_a_token() -> None:
     assert cluster["authOptions"] == {"mode": "token"}
 
 
-def test_every_team_of_the_manifest_has_its_assistants() -> None:
+def test_every_team_of_the_gpu_configs_has_its_assistants() -> None:
     """The threads API lists the spec files of the agents service's specs_dir whose team
-    is the caller's: each team of the manifest has at least one."""
-    (app,) = load_serve_config(MANIFEST).apps
-    (svc,) = [s for s in app.config.services if s.name == "agents"]
-    folder = AgentsOptions.model_validate(svc.options).specs_folder()
-    teams = {load_spec(folder / f"{n}.yaml").team for n in spec_names(folder)}
-    assert {t.name for t in app.config.teams} <= teams, (folder, teams)
+    is the caller's: each team of the manifest and of serve_config.yaml has one."""
+    apps = [*load_serve_config(MANIFEST).apps,
+            *load_serve_config(DEPLOY / "serve_config.yaml").apps]
+    assert len(apps) == 3
+    for app in apps:
+        (svc,) = [s for s in app.config.services if s.name == "agents"]
+        folder = AgentsOptions.model_validate(svc.options).specs_folder()
+        teams = {load_spec(folder / f"{n}.yaml").team for n in spec_names(folder)}
+        assert {t.name for t in app.config.teams} <= teams, (app.name, folder, teams)

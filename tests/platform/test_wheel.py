@@ -94,4 +94,5 @@ def test_the_wheel_lists_the_manifests_assistants_outside_the_checkout(
     rows = [line.split(" ")[1:] for line in out.splitlines() if line.startswith("assistants ")]
     assert {team: names for _, team, names in rows} == {
         "reviewers": "code-review", "planners": "release-plan"}, out
+    assert (own / "granikv_platform" / "deploy" / "gpu-teams" / "debate-panel.yaml").is_file()
     assert all(folder.startswith(str(own)) for folder, _, _ in rows), out
