@@ -99,11 +99,12 @@ def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
     host = ENV.http_host or http.get("host", "127.0.0.1")
     port = port or int(http.get("port", 8000))
     typer.echo(f"starting Ray and {', '.join(a.name for a in serve_file.apps)} from {config} "
-               "(engine start-up takes 15-60 s on CPU) ...")
+               f"on {host}:{port} (GRANIKV_HTTP_PORT or --port: another port); on CPU the "
+               "replicas' engines take minutes to start, each stage is reported below ...")
     t0 = time.monotonic()
     try:  # a signal during start-up stops what started too
         url = local.start(serve_file, host, port, ray_address=ENV.ray_address,
-                          verbose=verbose)
+                          verbose=verbose, echo=typer.echo)
         root = url + serve_file.apps[0].route_prefix.rstrip("/")
         model = serve_file.apps[0].config.model.model_id
         typer.echo(f"serving {model} at {root} (up in {time.monotonic() - t0:.0f} s)")

@@ -2,49 +2,125 @@
 and the API keys of such a run.
 
 The file is deployed the way ``serve run FILE`` deploys it (Ray's ``serve_start`` and
-the controller's ``deploy_apps``, the two private symbols used here), so its
-``deployments:`` overrides, ``runtime_env``, ``logging_config`` and ``proxy_location``
-apply as they would there.
+the controller's ``deploy_apps``), so its ``deployments:`` overrides, ``runtime_env``,
+``logging_config`` and ``proxy_location`` apply as they would there. A cluster started
+here listens on 127.0.0.1 only: Ray puts every process (GCS, raylet, workers, agents) on
+the node's address, and takes the loopback address only where it runs single-machine
+clusters (``ray_constants.ENABLE_RAY_CLUSTER`` off, as Ray's
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` sets it when Ray is imported). The start-up
+reports each stage (Ray, Serve, each deployment's replicas, the registry, readiness)
+through ``echo``. Private Ray symbols used: ``serve_start``, ``deploy_apps``,
+``ray_constants.ENABLE_RAY_CLUSTER``, the node's ``get_logs_dir_path``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import httpx
 import ray
 from ray import serve
+from ray._private import ray_constants
 from ray.serve._private import api as serve_api
-from ray.serve.schema import ServeDeploySchema
+from ray.serve.schema import ApplicationStatusOverview, ServeDeploySchema
 
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
 from granikv_platform.loader import ServeFile
 
+Echo = Callable[[str], None]
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's own switch, "0": loopback
+
 
 def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | None = None,
-          verbose: bool = False, timeout_s: float = 900.0) -> str:
+          verbose: bool = False, timeout_s: float = 900.0, echo: Echo = print) -> str:
     """Start (or join) Ray, start Serve's HTTP proxy, deploy every application and wait
-    until each is running. Returns the base URL."""
-    ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose,
-             namespace="granikv")
+    until each is running and ready (its ``/readyz``). Returns the base URL."""
+    t0 = time.monotonic()
+
+    def say(msg: str) -> None:
+        echo(f"[{time.monotonic() - t0:4.0f} s] {msg}")
+
+    logs = start_ray(ray_address, verbose)
     stop_on_sigterm()  # ray.init replaced the handler (and Ray's native one may abort)
+    say(f"Ray: {'joined ' + ray_address if ray_address else 'a local cluster on 127.0.0.1'}"
+        f"; the server's logs: {logs} (Serve's in serve/, the replicas' in worker-*)")
     schema = ServeDeploySchema.model_validate(serve_file.deploy_doc(host, port))
     client = serve_api.serve_start(http_options=schema.http_options.model_dump(),
                                    proxy_location=schema.proxy_location)
+    names = [a.name for a in serve_file.apps]
+    say(f"Serve: HTTP on {host}:{port}; deploying {', '.join(names)}")
     client.deploy_apps(schema)
-    wait_running([a.name for a in serve_file.apps], timeout_s)
-    return f"http://{host}:{port}"
-
-
-def wait_running(names: list[str], timeout_s: float) -> None:
-    """Until every application named is RUNNING; RuntimeError with Serve's message when
-    one fails to deploy."""
     deadline = time.monotonic() + timeout_s
+    wait_running(names, deadline - time.monotonic(), say, registries(serve_file))
+    url = f"http://{host}:{port}"
+    for a in serve_file.apps:
+        wait_ready(url + a.route_prefix.rstrip("/"), a.name, deadline, say)
+    return url
+
+
+def start_ray(ray_address: str | None, verbose: bool) -> Path:
+    """Join ``ray_address``, or start a cluster of this process on 127.0.0.1 only.
+    Returns the folder of the cluster's logs on this machine."""
+    if ray_address is None:
+        os.environ[LOOPBACK_ENV] = "0"  # the processes that ray.init starts import Ray
+        ray_constants.ENABLE_RAY_CLUSTER = False  # this process imported it already
+    ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose,
+             namespace="granikv")
+    node = ray._private.worker.global_worker.node
+    assert node is not None  # ray.init made or joined one
+    return Path(node.get_logs_dir_path())
+
+
+def registries(serve_file: ServeFile) -> dict[str, str]:
+    """Each application's registry actor: name -> namespace."""
+    return {a.config.registry_name: a.config.registry.namespace for a in serve_file.apps}
+
+
+def replica_progress(apps: Mapping[str, ApplicationStatusOverview]) -> dict[str, str]:
+    """``app/deployment`` -> how many of its replicas are ready (RUNNING), and how many
+    are starting, from Serve's status."""
+    out = {}
+    for app_name, app in apps.items():
+        for name, dep in app.deployments.items():
+            states = {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}
+            total, ready = sum(states.values()), states.get("RUNNING", 0)
+            others = ", ".join(f"{n} {k.lower()}" for k, n in sorted(states.items())
+                               if k != "RUNNING" and n)
+            out[f"{app_name}/{name}"] = (
+                f"{ready} of {total} replica{'s' if total != 1 else ''} ready"
+                + (f" ({others})" if others else "") if total else "no replica yet")
+    return out
+
+
+def report_changes(now: dict[str, str], seen: dict[str, str], say: Echo) -> None:
+    """Say each line of ``now`` that differs from what ``seen`` holds (then holds it)."""
+    for key, line in now.items():
+        if seen.get(key) != line:
+            say(f"{key}: {line}")
+            seen[key] = line
+
+
+def wait_running(names: list[str], timeout_s: float, say: Echo = print,
+                 registry: Mapping[str, str] | None = None) -> None:
+    """Until every application named is RUNNING, saying how its replicas come up and
+    when its registry actor is there; RuntimeError with Serve's message when one fails
+    to deploy."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, str] = {}
+    waiting = dict(registry or {})
     while True:
         apps = serve.status().applications
+        report_changes(replica_progress({n: apps[n] for n in names if n in apps}), seen, say)
+        for actor, ns in list(waiting.items()):
+            if _actor_exists(actor, ns):
+                say(f"registry: {actor} is up")
+                del waiting[actor]
         states = {n: apps[n].status if n in apps else "NOT_STARTED" for n in names}
         failed = [n for n in names if states[n] == "DEPLOY_FAILED"]
         if failed:
@@ -54,6 +130,29 @@ def wait_running(names: list[str], timeout_s: float) -> None:
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"applications not running after {timeout_s:.0f} s: {states}")
+        time.sleep(0.5)
+
+
+def _actor_exists(name: str, namespace: str) -> bool:
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
+def wait_ready(root: str, name: str, deadline: float, say: Echo) -> None:
+    """Until ``root/readyz`` answers 200: an LLM replica has started and reported."""
+    while True:
+        try:
+            r = httpx.get(f"{root}/readyz", timeout=5)
+            if r.status_code == 200:
+                say(f"{name}: ready ({r.json().get('replicas')} LLM replica(s) reported)")
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{root}/readyz not ready in time")
         time.sleep(0.5)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from granikv_platform.loader import load_serve_config
 from tests.platform.conftest import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
@@ -36,6 +37,19 @@ def test_run_once_prints_answers_and_statistics() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    # The start-up says each stage as it happens, and where the server's logs are.
+    n = load_serve_config(REPO / "deploy" / "local.yaml").apps[0].config.replicas.num_replicas
+    stages = [r"Ray: a local cluster on 127\.0\.0\.1; the server's logs: /\S+/logs ",
+              r"Serve: HTTP on 127\.0\.0\.1:\d+; deploying granikv",
+              rf"granikv/granikv-llm: 0 of {n} replicas? ready \({n} starting\)",
+              rf"granikv/granikv-llm: {n} of {n} replicas? ready$",
+              r"granikv: ready \(\d LLM replica\(s\) reported\)",
+              r"serving tiny-llama at "]
+    at = [re.search(r"^(?:\[ *\d+ s\] )?" + s, out, re.M) for s in stages]
+    said = "\n".join(ln for ln in out.splitlines() if re.match(r"\[ *\d+ s\] ", ln))
+    assert all(at), f"{[s for s, m in zip(stages, at) if m is None]} not in:\n{said}"
+    assert [m.start() for m in at if m] == sorted(m.start() for m in at if m), said
+    assert re.search(r"^\[ *\d+ s\] registry: granikv-registry is up$", out, re.M), said
     # The example map-reduce team ran through the agents layer (REST + SSE events).
     assert re.search(r"team 'red': run run-\w+ of 9 agents \(map_reduce\)", out), out
     assert re.search(r"team 'red': context red-context-\w+ \(\d{3} tokens\) is READY", out), out
