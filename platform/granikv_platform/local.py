@@ -157,17 +157,33 @@ def wait_ready(root: str, name: str, deadline: float, say: Echo) -> None:
 
 
 def stop() -> None:
-    """Delete the applications and leave Ray (a cluster this process started stops, and
-    its detached registry with it). SIGINT and SIGTERM are ignored meanwhile: a second
-    signal would leave Ray's processes behind."""
+    """Drain and delete the applications, stop Serve and leave Ray (a cluster this
+    process started stops, and its detached registry with it). Deleting an application
+    first lets its requests in flight finish (each replica waits up to its
+    ``graceful_shutdown_timeout_s``, and the LLM replicas then shut their engines down)
+    while Serve's HTTP proxy still relays their answers; ``serve.shutdown`` alone stops
+    the proxy with them. SIGINT and SIGTERM are ignored meanwhile: a second signal
+    would leave Ray's processes behind."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         if threading.current_thread() is threading.main_thread():
             signal.signal(sig, signal.SIG_IGN)
     try:
         if ray.is_initialized():
+            for name in _applications():
+                serve.delete(name, _blocking=True)
             serve.shutdown()
     finally:
         ray.shutdown()
+
+
+def _applications() -> list[str]:
+    """The Serve applications running on the cluster (none when Serve did not start)."""
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        return list(serve.status().applications)
+    except RayServeException:
+        return []
 
 
 def stop_on_sigterm() -> None:
