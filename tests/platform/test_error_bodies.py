@@ -110,7 +110,7 @@ def test_ray_internals_never_reach_a_client() -> None:
                                              "died unexpectedly")
     assert public_text("a team 'red' run failed: 2 + 2") == "a team 'red' run failed: 2 + 2"
     run = {"run_id": "run-1", "status": "failed", "error": RAY_ERROR, "task": "ip: 10.0.0.1"}
-    body = json.loads(answer(JsonItem(run)).body)
+    body = json.loads(bytes(answer(JsonItem(run)).body))
     assert "48213" not in body["error"] and body["task"] == "ip: 10.0.0.1"
     data = json.dumps({"status": "failed", "error": RAY_ERROR})
     event = f"id: 7\nevent: status\ndata: {data}\n\n"
@@ -142,5 +142,5 @@ def test_a_replicas_503_says_when_to_retry() -> None:
 
     r = answer(error_item(503, DEAD_ENGINE))
     assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
-    assert json.loads(r.body)["error"]["message"] == DEAD_ENGINE
+    assert json.loads(bytes(r.body))["error"]["message"] == DEAD_ENGINE
     assert "retry-after" not in answer(error_item(409, "taken")).headers
