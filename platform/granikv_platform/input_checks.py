@@ -15,7 +15,7 @@ from typing import Any
 from vllm.entrypoints.openai.engine.protocol import ErrorResponse
 from vllm.entrypoints.serve.utils.error_response import create_error_response
 
-from granikv_platform.structured_checks import structured_problem
+from granikv_platform.structured_checks import choice_grammar, structured_problem
 from granikv_platform.token_ids import ID_LIST_FIELDS, prompt_problem, sampling_problem
 
 logger = logging.getLogger("ray.serve")
@@ -70,6 +70,7 @@ class InputChecks:
                or sampling_problem(fields, self.vocab)
                or self.length_problem(request, inputs, serving))
         if why is None:
+            _escape_choice(request)
             why = structured_problem(_constraint(request, serving), self.backend)
         return why
 
@@ -80,6 +81,17 @@ class InputChecks:
             if why is not None:
                 return why
         return None
+
+
+def _escape_choice(request: Any) -> None:
+    """A ``structured_outputs.choice`` with a control character, as the grammar of the
+    same choices (``choice_grammar``)."""
+    so: Any = getattr(request, "structured_outputs", None)
+    choices = getattr(so, "choice", None)
+    if isinstance(choices, list) and all(isinstance(c, str) for c in choices):
+        grammar = choice_grammar(choices)
+        if grammar is not None:
+            so.choice, so.grammar = None, grammar
 
 
 def _constraint(request: Any, serving: Any) -> Any:

@@ -4,14 +4,16 @@ them, before the request is admitted.
 vLLM validates a request's constraint (``choice``, ``regex``, ``json``, ``grammar``,
 ``structural_tag``: from ``structured_outputs``, ``response_format`` or a forced tool
 choice) when it builds the sampling parameters; with the ``auto`` backend, one that
-xgrammar refuses is accepted for another backend. But the engine core holds ONE grammar
-backend, chosen by the first constrained request (xgrammar, in practice): the accepted
-request then fails in the engine after admission (a 500, or a stream that ends without
-a finish). Here a constraint is checked with xgrammar's own validation
-(``validate_xgrammar_grammar``), on a copy, whenever the engine may use xgrammar; a
-refusal is the client's mistake (400). A tool's parameters that refer to themselves
-(``{"$ref": "#"}``) are one such: with a forced tool choice they become a structural tag
-that xgrammar refuses and the fallback's validation failed on with a KeyError (a 500).
+xgrammar refuses is accepted for the guidance backend. But the engine core holds ONE
+grammar backend, chosen by the first constrained request it gets: with xgrammar chosen,
+such a request fails in the engine after admission (a 500, or a stream that ended with
+neither a finish nor an error). Here a constraint is checked with xgrammar's own
+validation (``validate_xgrammar_grammar``), on a copy, whenever the engine may use
+xgrammar; a refusal is the client's mistake (400). A tool's parameters that refer to
+themselves (``{"$ref": "#"}``) are one such: with a forced tool choice they become a
+structural tag that xgrammar refuses (and the fallback's validation failed on with a
+KeyError: a 500). A choice that holds a newline is not refused: it is rewritten as the
+grammar of the same choices, escaped (``choice_grammar``), which both backends compile.
 """
 
 from __future__ import annotations
@@ -25,6 +27,36 @@ from typing import Any
 def uses_xgrammar(backend: str) -> bool:
     """Whether an engine configured with ``backend`` may compile with xgrammar."""
     return backend == "auto" or backend.startswith("xgrammar")
+
+
+def choice_grammar(choices: list[str]) -> str | None:
+    """An EBNF grammar of exactly ``choices``, for a choice that holds a control
+    character (a newline, say: a tool-call format's); None for one without.
+
+    vLLM turns a choice into a grammar escaping only quotes and backslashes, so xgrammar
+    refuses a choice with a newline, while the guidance backend takes it: which one the
+    engine runs depends on the first constrained request it got. Escaped here, the
+    choice is a grammar either backend compiles."""
+    if not any(ord(ch) < 0x20 or ord(ch) == 0x7F for c in choices for ch in c):
+        return None
+    return "root ::= " + " | ".join(f'"{_ebnf_escaped(c)}"' for c in choices)
+
+
+def _ebnf_escaped(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def structured_problem(params: Any, backend: str = "auto") -> str | None:

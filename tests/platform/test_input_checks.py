@@ -15,7 +15,7 @@ from vllm.tool_parsers.utils import get_json_schema_from_tools
 
 from granikv_platform.input_checks import length_problem
 from granikv_platform.stream_end import StreamEnd, before_done, error_event
-from granikv_platform.structured_checks import structured_problem
+from granikv_platform.structured_checks import choice_grammar, structured_problem
 from granikv_platform.token_ids import (
     detokenize_problem,
     out_of_range,
@@ -92,6 +92,16 @@ def test_choices_and_regexes_xgrammar_refuses() -> None:
     assert ok.choice == ["a", "b"] and ok.grammar is None  # checked on a copy
     assert structured_problem(None) is None
     assert structured_problem(StructuredOutputsParams(choice=["a\nb"]), "guidance") is None
+
+
+def test_a_choice_with_control_characters_becomes_an_escaped_grammar() -> None:
+    call = '<tool_call>\n{"name": "get_weather"}\n</tool_call>'
+    grammar = choice_grammar([call, "a\tb\x01"])
+    assert grammar == ('root ::= "<tool_call>\\n{\\"name\\": \\"get_weather\\"}\\n'
+                       '</tool_call>" | "a\\tb\\x01"')
+    assert structured_problem(StructuredOutputsParams(grammar=grammar)) is None
+    assert structured_problem(StructuredOutputsParams(choice=[call])) is not None  # as is
+    assert choice_grammar(["plain", 'quoted "x"']) is None  # vLLM's own escaping will do
 
 
 def test_a_stream_without_finish_or_error_is_abnormal() -> None:

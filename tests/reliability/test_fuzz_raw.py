@@ -237,9 +237,10 @@ def constraint_cases() -> Iterator[Case]:
     for choice in FORCED:
         refused.append((f"a tool whose parameters are {{$ref: #}}, tool_choice {choice}",
                         {"tools": [selfref], "tool_choice": choice}))
-    refused += [("choice with a newline", {"structured_outputs": {"choice": ["a\nb", "c"]}}),
-                ("regex that does not parse", {"structured_outputs": {"regex": "a(b"}})]
+    refused += [("regex that does not parse", {"structured_outputs": {"regex": "a(b"}})]
     served = [(f"tool_choice {c}", {"tools": [TOOL], "tool_choice": c}) for c in FORCED]
+    # xgrammar refused it after admission (vLLM escapes only quotes in a choice)
+    served.append(("choice with a newline", {"structured_outputs": {"choice": ["a\nb", "c"]}}))
     for path in ("/v1/chat/completions", "/teams/fuzz/v1/chat/completions"):
         for stream in (False, True):
             for label, fields, status in [*((lb, f, 400) for lb, f in refused),
