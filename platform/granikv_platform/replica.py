@@ -42,6 +42,7 @@ from granikv_platform.protocol import (
     JsonItem,
     SseItem,
     error_item,
+    headed,
     prefix_error_item,
     with_headers,
 )
@@ -228,9 +229,10 @@ class LLMReplica:
                                            {PREFIX_HEADER: "miss; reason=no-context"}):
                 yield item
             return
-        record = self.sync.records.get(context.prefix_id) or {}
-        cold = None if record.get("state") == "ready" else (
-            f"miss; reason=not-in-hot (state {record.get('state', 'unknown')})")
+        admitted: dict[str, str] = {}
+
+        async def admit() -> None:  # the context's state in the engine at admission
+            admitted["state"] = await self.sync.engine_state(context.prefix_id)
 
         async def variant(tokens: tuple[int, ...]) -> tuple[str, str]:
             return await self.sync.ensure_variant(PrefixSpec(
@@ -240,11 +242,19 @@ class LLMReplica:
         def run(request: dict[str, Any]) -> AsyncIterator[Item]:
             return self.engine.team_chat(request, context, variant)
 
-        async for item in with_headers(self._serve(bound, run),
-                                       {PREFIX_HEADER: cold} if cold else None):
+        first = True
+        async for item in self._serve(bound, run, admit):
+            state = admitted.get("state", "ready")
+            if first and state != "ready":  # else the splice's own outcome (engine.py)
+                item = headed(item, {PREFIX_HEADER: f"miss; reason=not-in-hot (state {state})"})
+            first = False
             yield item
 
-    async def _serve(self, body: dict[str, Any], run: Any) -> AsyncIterator[Item]:
+    async def _serve(self, body: dict[str, Any], run: Any,
+                     admit: Callable[[], Awaitable[None]] | None = None
+                     ) -> AsyncIterator[Item]:
+        """``admit``: called once the request's prefix is held here, before the engine
+        sees the request."""
         dead = self._dead()
         if dead is not None:
             yield dead
@@ -262,6 +272,8 @@ class LLMReplica:
             except PrefixError as e:
                 yield prefix_error_item(e)
                 return
+        if admit is not None:
+            await admit()
         team = str(xargs.get("granikv_team") or "")
         self.usage.request(team)
         self.inflight += 1

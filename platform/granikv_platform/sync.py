@@ -163,6 +163,16 @@ class PrefixSync:
             self.binds.fast += 1
         return spec.prefix_id, str(self.records.get(spec.prefix_id, {}).get("state", "unknown"))
 
+    async def engine_state(self, prefix_id: str) -> str:
+        """The prefix's state in this engine ("ready", "filling", ..., "absent"): the
+        local view's when it says READY (no call), else asked of the engine, since a
+        fill in progress ends between two reconciles."""
+        rec = self.records.get(prefix_id)
+        if rec is None or rec.get("state") != "ready":
+            found = await self._records(prefix_id)
+            rec = found[0] if found else None
+        return "absent" if rec is None else str(rec.get("state", "unknown"))
+
     def _held(self, spec: PrefixSpec) -> bool:
         rec = self.records.get(spec.prefix_id)
         return rec is not None and plan([spec], [rec]).empty
