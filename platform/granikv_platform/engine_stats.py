@@ -26,10 +26,20 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 
 
 def stat_loggers(throughput: ThroughputLogger) -> list[Any]:
-    """vLLM stat logger factories of a replica's AsyncLLM (in a Ray worker)."""
-    from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger  # imports Ray
+    """vLLM stat logger factories of an AsyncLLM: in a Serve replica, also vLLM's
+    ``RayPrometheusStatLogger``. Outside one (an engine host started by a script or a
+    test in a process connected to Ray) it is left out: its samples would reach the
+    node's metrics agent with an empty ``ReplicaId``, beside the replicas' own."""
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+    from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
 
-    return [lambda _cfg, _idx: throughput, RayPrometheusStatLogger]
+    loggers: list[Any] = [lambda _cfg, _idx: throughput]
+    try:
+        serve.get_replica_context()
+    except RayServeException:
+        return loggers
+    return [*loggers, RayPrometheusStatLogger]
 
 
 class ThroughputLogger(StatLoggerBase):
