@@ -165,15 +165,12 @@ class EngineHost:
         await init_app_state(llm, state, args,
                              supported_tasks=await llm.get_supported_tasks())
         splice_context(state.openai_serving_chat)
-        checks = InputChecks(llm.model_config.get_vocab_size(),
-                             llm.model_config.max_model_len,
-                             str(vllm_config.structured_outputs_config.backend))
+        max_len = llm.model_config.max_model_len
+        cap = max_prompt_tokens if max_prompt_tokens and max_prompt_tokens < max_len else None
+        checks = InputChecks(llm.model_config.get_vocab_size(), max_len,
+                             str(vllm_config.structured_outputs_config.backend), cap)
         checks.install(state.openai_serving_chat, "render_chat_request")
         checks.install(state.openai_serving_completion, "render_completion_request")
-        if max_prompt_tokens is not None and max_prompt_tokens < llm.model_config.max_model_len:
-            cap_prompts(state.openai_serving_chat, "render_chat_request", max_prompt_tokens)
-            cap_prompts(state.openai_serving_completion, "render_completion_request",
-                        max_prompt_tokens)
         return cls(llm, state, throughput)
 
     def shutdown(self) -> None:
@@ -327,28 +324,6 @@ def _failed(kind: str, e: Exception) -> ErrorResponse:
     logger.warning("%s request failed (%d): %r", kind, out.error.code, e,
                    exc_info=e if out.error.code >= 500 else None)
     return out
-
-
-def cap_prompts(serving: Any, render: str, limit: int) -> None:
-    """Make ``serving.<render>`` (vLLM's chat / completion prompt renderer, which returns
-    the engine inputs or an ErrorResponse) refuse a prompt over ``limit`` tokens with a
-    400, before the request reaches the engine (streams included)."""
-    inner = getattr(serving, render)
-
-    async def capped(request: Any) -> Any:
-        out = await inner(request)
-        if isinstance(out, ErrorResponse):
-            return out
-        inputs = out[1] if isinstance(out, tuple) else out  # chat: (conversation, inputs)
-        for inp in inputs:
-            n = serving._extract_prompt_len(inp)
-            if n > limit:
-                return create_error_response(
-                    f"the prompt has {n} tokens; this platform accepts at most {limit} "
-                    "(limits.max_prompt_tokens)")
-        return out
-
-    setattr(serving, render, capped)
 
 
 def splice_context(serving: Any) -> None:

@@ -1,8 +1,7 @@
 """The checks every chat and completion passes before the engine, on the rendered
-request: ``InputChecks.install`` wraps vLLM's renderer (as ``engine.cap_prompts``
-does), so a refusal is a 400 before the request is admitted, streams included, and
-applies to every route and to the agents' in-cluster calls (all go through
-``EngineHost``).
+request: ``InputChecks.install`` wraps vLLM's renderer, so a refusal is a 400 before
+the request is admitted, streams included, and applies to every route and to the
+agents' in-cluster calls (all go through ``EngineHost``).
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ class InputChecks:
     vocab: int
     max_model_len: int
     backend: str
+    max_prompt_tokens: int | None = None  # limits.max_prompt_tokens, below max_model_len
 
     def install(self, serving: Any, render: str) -> None:
         """Make ``serving.<render>`` (vLLM's renderer: the engine inputs, or an
@@ -76,10 +76,15 @@ class InputChecks:
 
     def length_problem(self, request: Any, inputs: Sequence[Any], serving: Any) -> str | None:
         asked = getattr(request, "max_completion_tokens", None) or request.max_tokens
+        cap = self.max_prompt_tokens
         for inp in inputs:
-            why = length_problem(serving._extract_prompt_len(inp), asked, self.max_model_len)
+            n = serving._extract_prompt_len(inp)
+            why = length_problem(n, asked, self.max_model_len)
             if why is not None:
                 return why
+            if cap is not None and n > cap:
+                return (f"the prompt has {n} tokens; this platform accepts at most {cap} "
+                        "(limits.max_prompt_tokens)")
         return None
 
 
