@@ -13,8 +13,7 @@ or ``ErrorItem``.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -33,7 +32,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 
 from granikv_engine.vllm_plugin import installed
 from granikv_engine.vllm_plugin.client import acontrol, aregister
-from granikv_platform.context_frame import Frame, Spliced, frame_of, splice
+from granikv_platform.context_frame import Frame, frame_of
 from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
 from granikv_platform.frontend import frontend_namespace
 from granikv_platform.input_checks import InputChecks
@@ -50,80 +49,20 @@ from granikv_platform.registry import PrefixSpec
 from granikv_platform.request_path import ControlPlaneCalls
 from granikv_platform.stream_collect import as_stream, assemble_chat, events, forced_tool
 from granikv_platform.stream_end import StreamEnd, before_done, error_event
+from granikv_platform.team_splice import (
+    CONTEXT_PLACEHOLDER,
+    FRAME_PROBE,
+    ContextSplice,
+    SpliceCounters,
+    VariantBinder,
+    splice_context,
+)
 from granikv_platform.token_ids import detokenize_problem
 
 logger = logging.getLogger("ray.serve")
 
 # Response header of a team chat: whether its prompt starts with the team's HOT prefix.
 PREFIX_HEADER = "x-granikv-prefix"
-
-# A team chat's context goes through the chat template as this short system message;
-# its content tokens are then replaced by the context's own (rendered once, when the
-# context was set). See ``splice_context``. The second one only serves to find the
-# template's frame (context_frame.py): it shares neither end with the first.
-CONTEXT_PLACEHOLDER = "granikv team context"
-FRAME_PROBE = "other words here"
-
-
-@dataclass
-class SpliceCounters:
-    """Team chats whose context was spliced as tokens, those of them bound to a variant
-    of the context's prefix (the template put something else before the context, or
-    after it, in the same block: tools), and those that needed the full render."""
-
-    spliced: int = 0
-    variants: int = 0
-    rendered: int = 0
-
-
-# Binds a team chat whose prompt starts with ``head + context`` but not with the
-# context's own prefix: returns the id of a HOT prefix of those tokens (registered on
-# first use) and its state in the engine ("ready" once in HOT). See
-# ``LLMReplica.team_chat``.
-VariantBinder = Callable[[tuple[int, ...]], Awaitable[tuple[str, str]]]
-
-
-@dataclass
-class ContextSplice:
-    """One team chat's: the placeholder's content tokens, the context's (``content``,
-    None when the context was rendered in another frame) and its prefix (``tokens``:
-    the lone system message), how to bind a variant, and what became of it:
-    ``outcome`` is the ``x-granikv-prefix`` header's value (``hit`` when the prompt
-    starts with a HOT prefix of the context, ``miss; reason=...`` when not)."""
-
-    placeholder: tuple[int, ...]
-    content: tuple[int, ...] | None
-    tokens: Sequence[int]
-    text: str
-    counters: SpliceCounters
-    variant: VariantBinder | None = None
-    outcome: str = "miss; reason=not-rendered"
-    frame: Frame | None = None  # the frame ``tokens`` was rendered in (a cheaper check)
-
-    async def bind(self, request: Any, done: list[Spliced]) -> None:
-        """Set ``outcome``; bind ``request`` to a variant when its prompt starts with the
-        context but not with the context's prefix."""
-        frame = self.frame
-        if all(d.framed_as(frame) if frame is not None else d.starts_with(self.tokens)
-               for d in done):
-            self.outcome = "hit"
-            return
-        heads = {d.head for d in done}
-        if self.variant is None or self.content is None or len(heads) != 1:
-            self.outcome = "miss; reason=prompt-mismatch"
-            return
-        xargs = request.vllm_xargs if isinstance(request.vllm_xargs, dict) else {}
-        try:
-            xargs["granikv_prefix_id"], state = await self.variant(
-                (*heads.pop(), *self.content))
-        except Exception as e:  # no room in HOT, say: served from paged KV, unbound
-            xargs.pop("granikv_prefix_id", None)
-            self.outcome = f"miss; reason=variant-not-registered ({type(e).__name__})"
-            return
-        self.counters.variants += 1
-        # registered just now, the variant may still be filling: not read from HOT yet
-        self.outcome = "hit" if state == "ready" else f"miss; reason=not-in-hot (state {state})"
-
 
 class EngineHost:
     """Start with ``await EngineHost.start(engine_args)``; ``shutdown()`` stops it."""
@@ -324,45 +263,6 @@ def _failed(kind: str, e: Exception) -> ErrorResponse:
     logger.warning("%s request failed (%d): %r", kind, out.error.code, e,
                    exc_info=e if out.error.code >= 500 else None)
     return out
-
-
-def splice_context(serving: Any) -> None:
-    """Make ``serving.render_chat_request`` (vLLM's chat renderer: the engine inputs,
-    or an ErrorResponse) put a team chat's context tokens in place of the rendered
-    placeholder's (``EngineHost.team_chat``), and bind it (``ContextSplice.bind``).
-    When the placeholder is not found (a template that rewrites the system message),
-    or the context was rendered in another frame, it renders the request again with
-    the context's text."""
-    inner = serving.render_chat_request
-
-    async def render(request: Any) -> Any:
-        found: ContextSplice | None = getattr(request, "_granikv_splice", None)
-        out = await inner(request)
-        if found is None or isinstance(out, ErrorResponse):
-            return out
-        content = found.content
-        done = [None if content is None else
-                splice(inp.get("prompt_token_ids", ()), found.placeholder, content)
-                for inp in out[1]]
-        if all(d is not None for d in done):
-            spliced = [d for d in done if d is not None]
-            for inp, d in zip(out[1], spliced):
-                inp["prompt_token_ids"] = d.prompt
-            found.counters.spliced += 1
-            await found.bind(request, spliced)
-            return out
-        found.counters.rendered += 1
-        request.messages[0] = {"role": "system", "content": found.text}
-        out = await inner(request)
-        if not isinstance(out, ErrorResponse):
-            n = len(found.tokens)
-            head = tuple(found.tokens)
-            found.outcome = "hit" if all(
-                tuple(inp.get("prompt_token_ids", ())[:n]) == head for inp in out[1]
-            ) else "miss; reason=prompt-mismatch"
-        return out
-
-    serving.render_chat_request = render
 
 
 def make_vllm_config(engine_args: dict[str, Any]) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from granikv_platform.context_frame import Frame, frame_of, splice
-from granikv_platform.engine import CONTEXT_PLACEHOLDER, FRAME_PROBE
+from granikv_platform.team_splice import CONTEXT_PLACEHOLDER, FRAME_PROBE
 from tests.platform.template_models import FAMILIES, Family, make_model
 
 WEATHER = {"type": "function", "function": {
@@ -77,7 +77,7 @@ def test_a_splice_binds_the_context_or_a_variant_or_nothing() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from granikv_platform.engine import ContextSplice, SpliceCounters
+    from granikv_platform.team_splice import ContextSplice, SpliceCounters
 
     asked: list[tuple[int, ...]] = []
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from granikv_platform.config import PlatformConfig
-from granikv_platform.engine import CONTEXT_PLACEHOLDER, EngineHost
+from granikv_platform.engine import EngineHost
 from granikv_platform.protocol import ErrorItem, Item, JsonItem
 from granikv_platform.registry import PrefixSpec
+from granikv_platform.team_splice import CONTEXT_PLACEHOLDER
 from tests.conftest import app_args
 
 pytestmark = [pytest.mark.vllm]
