@@ -7,6 +7,8 @@ LangGraph saves a finished task's writes in a background task and streams the ta
 update without waiting for it. An executor that reported a turn at once and then died
 before the write reached the database would run that turn again after the resume. The
 run executor therefore flushes before it reports: a reported turn is in the checkpoint.
+A save is never cut off half-way by a cancelled run: it finishes, and ``flush`` waits
+for it too.
 
 ``copy_checkpoints`` copies a thread's checkpoints to another thread (the threads API's
 copy): neither saver implements ``acopy_thread``.
@@ -33,7 +35,7 @@ class FlushedWrites(BaseCheckpointSaver[Any]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._saving: set[asyncio.Future[None]] = set()
+        self._saving: set[asyncio.Future[Any]] = set()
 
     def aput_writes(  # type: ignore[override]  # a plain def: registered when LangGraph submits it
             self, config: RunnableConfig, writes: Any, task_id: str,
@@ -43,10 +45,24 @@ class FlushedWrites(BaseCheckpointSaver[Any]):
             asyncio.get_running_loop()
         except RuntimeError:  # the sync API, from another thread: nothing to track
             return save
+        return _shielded(self._track(save))
+
+    async def aput(self, config: RunnableConfig, checkpoint: Any, metadata: Any,
+                   new_versions: Any) -> RunnableConfig:
+        """The checkpoint's save runs to its end when the run is cancelled meanwhile
+        (a client's cancel, a deleted thread): AsyncSqliteSaver cancelled between its
+        INSERT and its COMMIT left the transaction open, holding the file's write lock
+        until the next save, so every other writer of the file waited out its busy
+        timeout (the thread's next run answered 500). The saved checkpoint is the
+        step's: LangGraph counts the step as done once it is saved."""
+        save = self._track(super().aput(config, checkpoint, metadata, new_versions))
+        return await asyncio.shield(save)
+
+    def _track(self, save: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
         saving = asyncio.ensure_future(save)
         self._saving.add(saving)
         saving.add_done_callback(self._saving.discard)
-        return _shielded(saving)
+        return saving
 
     async def flush(self) -> None:
         """Wait for every write save started so far (their errors are LangGraph's)."""
