@@ -179,9 +179,19 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(error_item(504, "the model did not answer in time"))
 
     @app.exception_handler(Exception)
-    async def _internal(_: Request, e: Exception) -> JSONResponse:  # a bug or a dead replica
-        logger.exception("GraniKV ingress: request %s: unhandled error", REQUEST_ID.get())
-        return error_response(error_item(500, f"internal error ({type(e).__name__})"))
+    async def _internal(request: Request, e: Exception) -> JSONResponse:  # a bug, a dead replica
+        # Starlette runs this handler outside every middleware (its ServerErrorMiddleware):
+        # ``RequestIds`` has reset REQUEST_ID, and its id is in the request's headers.
+        rid = request.headers.get(REQUEST_ID_HEADER)
+        token = REQUEST_ID.set(rid)
+        try:
+            logger.exception("GraniKV ingress: request %s: unhandled error", rid)
+            response = error_response(error_item(500, f"internal error ({type(e).__name__})"))
+        finally:
+            REQUEST_ID.reset(token)
+        if rid is not None:
+            response.headers[REQUEST_ID_HEADER] = rid
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -84,6 +84,24 @@ def test_a_500_says_where_its_cause_is_logged() -> None:
     assert "rid-500" in msg and "logs/serve/" in msg and "/srv/secret" not in msg
 
 
+def test_an_unhandled_error_names_its_request(tmp_path: Path) -> None:
+    """Starlette runs the handler of an unhandled exception outside every middleware
+    (``ServerErrorMiddleware``): the 500's body and log line still name the request."""
+    c, _ = app_client(tmp_path)
+
+    async def boom() -> None:
+        raise RuntimeError("/srv/secret/store.py: database is locked")
+
+    c.app.add_api_route("/v1/boom", boom)  # type: ignore[attr-defined]
+    for given in ({}, {"x-request-id": "client-id.500"}):
+        r = c.get("/v1/boom", headers={**bearer(RED), **given})
+        rid = r.headers["x-request-id"]
+        err = r.json()["error"]
+        assert r.status_code == 500 and rid == given.get("x-request-id", rid)
+        assert err["request_id"] == rid and f"request id {rid} " in err["message"]
+        assert "/srv/secret" not in r.text
+
+
 def test_an_emptied_keys_file_keeps_the_previous_keys(tmp_path: Path) -> None:
     c, keys = app_client(tmp_path)
     auth: Authenticator = c.app.state.granikv_auth  # type: ignore[attr-defined]
