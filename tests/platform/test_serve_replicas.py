@@ -20,8 +20,9 @@ RED_CONTEXT = (Path(__file__).resolve().parents[2] / "deploy" / "contexts" / "re
 
 
 def team_round(base_url: str, n: int) -> dict[str, dict[str, int]]:
-    """``n`` concurrent red-team chats; per-replica counter deltas from fresh reports."""
-    before = stats(base_url)
+    """``n`` concurrent red-team chats; per-replica counter deltas from fresh reports
+    (the one before too: a stale one put earlier tests' requests into the round)."""
+    before = fresh_stats(base_url, stats(base_url))
     with httpx.Client(base_url=base_url, headers=auth("red"), timeout=120) as c, \
             ThreadPoolExecutor(n) as pool:
         outs = list(pool.map(lambda i: c.post("/teams/red/v1/chat/completions", json={
