@@ -2,23 +2,22 @@
 
 Start-up: engine, then the team contexts of the config seeded into the registry, then a
 full reconcile with the registry (a restarted replica re-pins every prefix here), then one
-real chat and completion (warm-up), then a background loop that reconciles and reports
+real chat and completion (``warm_up``), then a background loop that reconciles and reports
 stats every ``sync_period_s``: the first report is what /readyz waits for.
 The ingress calls the methods below through a DeploymentHandle; each answers with
 ``protocol`` items. An engine that dies (its core process gone) makes every method
-answer 503, and the replica's process exits within ``DEAD_ENGINE_EXIT_S`` so that Serve
-starts a new one. Serve drains a stopping replica (``graceful_shutdown_timeout_s``)
+answer 503, and the replica's process exits so that Serve starts a new one
+(``engine_watch``). Serve drains a stopping replica (``graceful_shutdown_timeout_s``)
 before ``__del__`` shuts the engine down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ray import serve
 
@@ -27,6 +26,7 @@ from granikv_platform.config import PlatformConfig
 from granikv_platform.engine import PREFIX_HEADER, EngineHost
 from granikv_platform.engine_files import EngineFiles
 from granikv_platform.engine_stats import TeamUsage
+from granikv_platform.engine_watch import dead_answer, exit_when_dead, needs_engine
 from granikv_platform.errors import ApiError
 from granikv_platform.hub import hub_client
 from granikv_platform.identity import bind_body
@@ -54,37 +54,9 @@ from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
 from granikv_platform.stream_batch import batch_sse
 from granikv_platform.sync import PrefixSync
+from granikv_platform.warm_up import warm_up
 
 logger = logging.getLogger("ray.serve")
-
-_A = TypeVar("_A")
-# A replica whose engine died answers 503 for this long before its process exits (so
-# that streams in flight get their error event), and Serve starts a new replica at once.
-DEAD_ENGINE_EXIT_S = 1.0
-ENGINE_WATCH_S = 0.5  # how often the replica looks at its engine
-DEAD_ENGINE = ("this LLM replica's engine stopped; Serve is replacing the replica: "
-               "retry shortly")
-
-
-def needs_engine(method: Callable[..., Awaitable[_A]]) -> Callable[..., Awaitable[_A]]:
-    """A unary method that uses the engine: a 503 (not a 500) when the engine is dead,
-    before or during the call."""
-
-    @functools.wraps(method)
-    async def call(self: LLMReplica, *args: Any, **kwargs: Any) -> Any:
-        dead = self._dead()
-        if dead is not None:
-            return dead
-        try:
-            return await method(self, *args, **kwargs)
-        except Exception:
-            dead = self._dead()
-            if dead is None:
-                raise
-            return dead
-
-    return call
-
 
 class LLMReplica:
     async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]
@@ -108,13 +80,14 @@ class LLMReplica:
             self.usage = TeamUsage()
             await self._seed_team_contexts()
             await self.sync.reconcile(force=True)
-            self.warmup = await self._warm_up()
+            self.warmup = await warm_up(self.engine, self.cfg.model.model_id, self.replica_id)
             await self._report()
         except BaseException:
             self._shutdown_engine()
             raise
         self._loop = asyncio.create_task(self._background())
-        self._watch = asyncio.create_task(self._watch_engine())
+        self._watch = asyncio.create_task(exit_when_dead(self.engine, self.replica_id,
+                                                         self._leave))
         logger.info("GraniKV replica %s ready", self.replica_id)
 
     # ---- OpenAI (body normalized by the ingress: vllm_xargs carry the caller's team) --
@@ -298,30 +271,15 @@ class LLMReplica:
         await self.engine.check_health()
 
     def _dead(self) -> Item | None:
-        """A 503 when this replica's engine is dead (its core process exited or its
-        output loop failed), None when it runs."""
-        engine: EngineHost | None = self.__dict__.get("engine")
-        if engine is not None and not engine.llm.errored:
-            return None
-        return error_item(503, DEAD_ENGINE)
+        return dead_answer(self.__dict__.get("engine"))
 
-    async def _watch_engine(self) -> None:
-        """A dead engine ends this replica's process: Serve sees the actor die and starts
-        a new replica at once (a failing health check takes three periods). Meanwhile
-        requests get a 503 (``_dead``)."""
-        while self._dead() is None:
-            await asyncio.sleep(ENGINE_WATCH_S)
-        logger.error("GraniKV replica %s: its engine stopped (%s); exiting in %.1f s so "
-                     "that Serve replaces it", self.replica_id,
-                     type(self.engine.llm.dead_error).__name__, DEAD_ENGINE_EXIT_S)
-        await asyncio.sleep(DEAD_ENGINE_EXIT_S)
+    async def _leave(self) -> None:
+        """What a replica whose engine died does before its process exits."""
         try:
             async with asyncio.timeout(2.0):
                 await self.hub.forget(self.replica_id)
         finally:
             self._shutdown_engine()  # the front end's sockets and shared memory
-            logging.shutdown()
-            os._exit(1)
 
     async def stats(self) -> dict[str, Any]:
         records = await self.engine.list_prefixes()
@@ -390,27 +348,6 @@ class LLMReplica:
             current = await self.hub.context(team.name)
             if current is None or (current.source == "config" and current.text != team.context):
                 await self.set_team_context(team.name, team.context, source="config")
-
-    async def _warm_up(self) -> dict[str, float]:
-        """One real generation of one token through each OpenAI path (chat template,
-        tokenizer, prefill, sampler), before the replica reports and so before /readyz
-        says ready: the first client request does not pay for the first run of each.
-        Returns the seconds each took; a failure is logged (the replica still starts)."""
-        model = self.cfg.model.model_id
-        calls: dict[str, tuple[Any, dict[str, Any]]] = {
-            "chat": (self.engine.chat, {"messages": [{"role": "user", "content": "hi"}]}),
-            "completion": (self.engine.completions, {"prompt": "hi"})}
-        took: dict[str, float] = {}
-        for kind, (run, body) in calls.items():
-            t0 = asyncio.get_running_loop().time()
-            items = [i async for i in run({**body, "model": model, "max_tokens": 1})]
-            if not items or not isinstance(items[-1], JsonItem):
-                logger.warning("GraniKV replica %s: warm-up %s answered %s", self.replica_id,
-                               kind, items[-1] if items else "nothing")
-                continue
-            took[kind] = round(asyncio.get_running_loop().time() - t0, 3)
-        logger.info("GraniKV replica %s: warmed up in %s s", self.replica_id, took)
-        return took
 
     async def _background(self) -> None:
         while True:

@@ -156,7 +156,7 @@ def test_vllms_inline_stream_error_is_sanitized() -> None:
 
 def test_a_replicas_503_says_when_to_retry() -> None:
     """A replica answers 503 itself when its engine died (``LLMReplica._dead``)."""
-    from granikv_platform.replica import DEAD_ENGINE
+    from granikv_platform.engine_watch import DEAD_ENGINE
 
     r = answer(error_item(503, DEAD_ENGINE))
     assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
