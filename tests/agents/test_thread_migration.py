@@ -169,3 +169,56 @@ def test_a_carry_over_that_stopped_half_way_completes(
         store_url: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=CARRIED)
     asyncio.run(_a_carry_over_that_stopped_half_way_completes(store_url, caplog))
+
+
+async def _two_stores_carry_over_at_once(url: str) -> None:
+    from granikv_agents.threads.store import ThreadStore
+
+    await old_release_database(url)
+
+    async def open_store() -> None:  # as a second replica of the app starting with it
+        db = await open_database(url)
+        try:
+            async with open_checkpointer(url) as saver:
+                await ThreadStore.open(db, saver)
+        finally:
+            await db.close()
+
+    await asyncio.gather(open_store(), open_store())
+    async for ex in opened(url, script()):
+        assert [t["thread_id"] for t in await ex.search_threads("t")] == ["u/b", "t1"]
+        assert [t["thread_id"] for t in await ex.search_threads("u")] == ["u1"]
+        hist = [texts(h["values"]) for h in await ex.history("t", "t1", limit=100)]
+        assert hist == await bare_history(ex.saver, "t1")  # no checkpoint lost or twice
+
+
+def test_two_stores_carry_over_at_once(store_url: str) -> None:
+    asyncio.run(_two_stores_carry_over_at_once(store_url))
+
+
+async def _stores_open_together_on_a_fresh_database(url: str) -> None:
+    from granikv_agents.store import RunStore
+    from granikv_agents.threads.store import ThreadStore
+
+    async def open_stores() -> None:  # what each replica of the agents service opens
+        runs = await RunStore.open(url)
+        try:
+            db = await open_database(url)
+            try:
+                async with open_checkpointer(url) as saver:
+                    await ThreadStore.open(db, saver)
+            finally:
+                await db.close()
+        finally:
+            await runs.close()
+
+    await asyncio.gather(*(open_stores() for _ in range(3)))
+    async for ex in opened(url, script("hello")):
+        await ex.create_thread("t", "fresh")
+        values = await run_to_end(ex, "t", "fresh", {"assistant_id": "chat",
+                                                     "input": ask("hi")})
+        assert texts(values) == ["hi", "hello"]
+
+
+def test_stores_open_together_on_a_fresh_database(store_url: str) -> None:
+    asyncio.run(_stores_open_together_on_a_fresh_database(store_url))
