@@ -27,12 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from granikv_agents.database import (
-    SQLITE_BUSY_TIMEOUT_S,
-    is_postgres,
-    postgres_schema_lock,
-    sqlite_wal,
-)
+from granikv_agents.database import is_postgres
 
 
 class FlushedWrites(BaseCheckpointSaver[Any]):
@@ -98,17 +93,15 @@ async def open_checkpointer(url: str) -> AsyncIterator[FlushedWrites]:
     """The saver on ``url``; on exit its write saves land before its connection closes."""
     if is_postgres(url):
         async with _postgres_saver().from_conn_string(url) as pg:  # type: ignore[attr-defined]
-            async with postgres_schema_lock(pg.conn):  # its migrations, one process at a time
-                await pg.setup()
+            await pg.setup()
             try:
                 yield pg
             finally:
                 await pg.flush()
         return
-    conn = await aiosqlite.connect(url, timeout=SQLITE_BUSY_TIMEOUT_S)
+    conn = await aiosqlite.connect(url)
     saver = SqliteSaver(conn)
     try:
-        await sqlite_wal(conn)  # before the saver's own PRAGMA, which does not try again
         await saver.setup()
         yield saver
     finally:

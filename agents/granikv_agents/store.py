@@ -75,9 +75,8 @@ class RunStore:
     async def open(cls, url: str) -> RunStore:
         db = await open_database(url)
         try:
-            async with db.schema_change():
-                for statement in _SCHEMA:
-                    await db.run(statement)
+            for statement in _SCHEMA:
+                await db.run(statement)
         except BaseException:
             await db.close()  # aiosqlite's thread would keep the process alive
             raise

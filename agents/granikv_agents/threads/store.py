@@ -115,15 +115,14 @@ class ThreadStore:
                    saver: BaseCheckpointSaver[Any] | None = None) -> ThreadStore:
         """The store on ``db``; the previous release's threads carried over first (their
         checkpoints by ``saver``, required where there are any)."""
-        async with db.schema_change():  # one process at a time (replicas open together)
-            await create_tables(db)
-            if await _has_table(db, _OLD):
-                if saver is None:
-                    raise RuntimeError(f"{_OLD} holds threads of the previous release: "
-                                       "the store needs the checkpointer to carry them over")
-                carried = await carry_over(db, saver)
-                logger.info("GraniKV: carried over %d threads of the previous release to "
-                            "team-scoped thread ids", carried)
+        await create_tables(db)
+        if await _has_table(db, _OLD):
+            if saver is None:
+                raise RuntimeError(f"{_OLD} holds threads of the previous release: the "
+                                   "store needs the checkpointer to carry them over")
+            carried = await carry_over(db, saver)
+            logger.info("GraniKV: carried over %d threads of the previous release to "
+                        "team-scoped thread ids", carried)
         return cls(db)
 
     # ---- threads ----------------------------------------------------------------------
@@ -246,12 +245,7 @@ async def carry_over(db: Database, saver: BaseCheckpointSaver[Any]) -> int:
     kept = _KEPT
     while await _has_table(db, kept):  # a previous carry-over's, after a downgrade
         kept = f"{_KEPT}_{time.time_ns()}"
-    try:
-        await db.run(f"ALTER TABLE {_OLD} RENAME TO {kept}")
-    except Exception:
-        if await _has_table(db, _OLD):
-            raise
-        logger.info("GraniKV: another process finished carrying %s over", _OLD)
+    await db.run(f"ALTER TABLE {_OLD} RENAME TO {kept}")
     return carried
 
 
