@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
+from granikv_platform.front import CALLBACK, PROXY_CALLBACK_ENV
 from granikv_platform.names import TEAM_HEADER as TEAM_HEADER  # re-exported
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,6 +57,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # machine it replaced replicas in the middle of tests (docs/reliability.md). Off for the
 # suite's clusters (the subprocess ones inherit it); the kernel's OOM killer remains.
 os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+# Serve's proxy answers in the platform's shape, as on a cluster `granikv run` starts.
+os.environ.setdefault(PROXY_CALLBACK_ENV, CALLBACK)
 
 
 def free_port() -> int:

@@ -52,8 +52,13 @@ def run(
 ) -> None:
     """Start the app locally, run the example team, print answers and statistics."""
     from granikv_platform.loader import load_serve_config
-    from granikv_platform.local import stop_on_sigterm
+    from granikv_platform.local import check_loopback_front, stop_on_sigterm
 
+    if ENV.ray_address is None:
+        try:
+            check_loopback_front(ENV)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
     stop_on_sigterm()  # SIGTERM and Ctrl-C alike: Serve and Ray stop, the keys go
     team_spec = load_spec(spec).model_dump(mode="json")
     keys_dir = Path(tempfile.mkdtemp(prefix="granikv-keys-"))

@@ -1,11 +1,11 @@
 """RunService: the run executor of one platform app, as a small Serve deployment.
 
 The platform deploys it from ``config.services`` (``granikv_platform.builder``: one
-replica, named ``<app>-agents``) with a handle to the app's LLM replicas, and the
-ingress's ``/teams/{team}/runs`` routes (``rest.py``) call it through a handle. It owns
-the SQLite file (checkpoints + run store): one writer, whatever the number of ingress
-replicas. Runs call the LLM replicas through ``ServeTeamBackend`` (no HTTP hop). When
-Serve restarts it, ``__init__`` resumes the runs its predecessor left unfinished.
+replica, named ``<app>-agents``) with a handle to the app's LLM replicas, and their
+``/teams/{team}/runs`` routes (``rest.py``) call it through a handle. It owns the SQLite
+file (checkpoints + run store): one writer, whatever the number of LLM replicas. Runs
+call the LLM replicas through ``ServeTeamBackend`` (no HTTP hop). When Serve restarts
+it, ``__init__`` resumes the runs its predecessor left unfinished.
 
 Methods answer with the platform's protocol items (``{"json"}``, ``{"sse"}``,
 ``{"error": {status, type, message}}``), scoped to the calling team: another team's run
@@ -150,7 +150,7 @@ class RunService:
     # ---- internals ------------------------------------------------------------------
     def _spec(self, team: str, body: dict[str, Any]) -> TeamSpec:
         if body.get("spec") is not None:
-            spec = TeamSpec.model_validate(body["spec"])  # validated at the ingress too
+            spec = TeamSpec.model_validate(body["spec"])  # validated by the route too
             if spec.team != team:  # the caller's own body: refusing it reveals nothing
                 raise PermissionError(f"the spec is team {spec.team!r}'s; team {team!r} "
                                       "may not run it")

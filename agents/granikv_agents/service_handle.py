@@ -1,4 +1,4 @@
-"""The run service's handle, as the ingress's routes find it (``ing.services``)."""
+"""The run service's handle, as the LLM replicas' routes find it (``ing.services``)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@
 # of every request's 16K-token context in the vllm serve sides). Environment: PYTHON (python3),
 # SERVE (the `serve` command), MODEL_DIR, PORT (8100), STREAM_BATCH_MS (0), STREAM_INTERVAL
 # (vLLM's stream_interval on every side: a request's tokens are sent every N; 1),
-# INGRESS_REPLICAS (2), START_TIMEOUT (600 s), PROCS (client processes, 4), RATE (every
+# FRONT (the platform's front: proxy, Serve's Python proxy, the default; haproxy, Serve's
+# HAProxy, which binds every interface), START_TIMEOUT (600 s), PROCS (client processes, 4), RATE (every
 # workload in open loop, requests/s), OPEN_RATE (also W1-online in open loop at this
 # rate), WORDS_ONLY (1: generate only whole-word token ids, see bench/online.py; 0, the
 # default: any), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
@@ -77,15 +78,17 @@ platform)
     team7 >/dev/null
   sed -e "s#MODEL_DIR#$MODEL_DIR#" -e "s#KEYS_FILE#$KEYS#" \
       -e "s#STREAM_BATCH_MS#${STREAM_BATCH_MS:-0}#" \
-      -e "s#INGRESS_REPLICAS#${INGRESS_REPLICAS:-2}#" -e "s#port: 8100#port: $PORT#" \
+      -e "s#port: 8100#port: $PORT#" \
       -e "s#gpu_memory_utilization: 0.9#gpu_memory_utilization: ${GPU_MEM:-0.9}#" \
       -e "s#hot_slots: 100000#hot_slots: ${HOT_SLOTS:-100000}#" \
       -e "s#renderer_num_workers: 8#renderer_num_workers: 8\n          stream_interval: $STREAM_INTERVAL$( [ "$KV_BYTES" != 0 ] &&
           echo "\n          kv_cache_memory_bytes: $KV_BYTES")#" \
       "${PLATFORM_CONFIG:-granikv_engine/bench/online_configs/platform-gpu.yaml}" \
       >"$out/platform.yaml"
-  RAY_USAGE_STATS_ENABLED=0 setsid "$SERVE" run "$out/platform.yaml" \
-    >"$out/server-platform.log" 2>&1 &
+  ha=0; [ "${FRONT:-proxy}" = haproxy ] && ha=1
+  RAY_USAGE_STATS_ENABLED=0 RAY_SERVE_ENABLE_HA_PROXY=$ha \
+  RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=granikv_platform.front:proxy_middlewares \
+    setsid "$SERVE" run "$out/platform.yaml" >"$out/server-platform.log" 2>&1 &
   ;;
 *) echo "side: stock, granikv or platform" >&2; exit 2 ;;
 esac
@@ -104,7 +107,7 @@ try:
 except Exception:
     sys.exit(1)' "$URL$1" "${2:-}"
 }
-replica_up() {  # the platform: a replica has reported (its ingress answers before that)
+replica_up() {  # the platform: a replica has reported
   "$PY" -c 'import json, sys, urllib.request as u
 r = u.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
 try:

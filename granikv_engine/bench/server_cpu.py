@@ -13,10 +13,14 @@ each process's idle load (measured for ``--idle-s`` seconds first):
         --side platform --api-keys-file KEYS --tokenizer MODEL_DIR --model NAME \\
         --team team0 --context-tokens 1000 --agents 32 --own-tokens 50 --gen-tokens 200 \\
         --proc replica='ServeReplica:.*-llm' --proc engine_core=EngineCore \\
-        --proc ingress='ServeReplica:.*-ingress' --proc proxy=ProxyActor --out FILE.json
+        --proc proxy=ProxyActor --front replica --front proxy --stream-interval 1 \\
+        --out FILE.json
 
 A pattern that matches several processes sums them; one that matches none is an error
-(a misnamed process would otherwise read as free). The numbers are CPU seconds on the
+(a misnamed process would otherwise read as free). ``--front NAME`` marks a group as
+part of the server's front end (HTTP, OpenAI serving, streaming: what ``vllm serve``'s
+API server does), whose per-token sum the report compares across servers; the side and
+``--stream-interval`` are recorded with the figures. The numbers are CPU seconds on the
 machine that ran them: compare settings on one machine, not machines.
 """
 
@@ -115,12 +119,19 @@ def main(argv: list[str] | None = None) -> None:
                    help="a process group to measure (repeatable)")
     p.add_argument("--idle-s", type=float, default=10.0,
                    help="measure the processes idle this long first")
+    p.add_argument("--front", action="append", default=[], metavar="NAME",
+                   help="a --proc group that is part of the server's front end (repeatable)")
+    p.add_argument("--stream-interval", type=int, default=None,
+                   help="the server's stream_interval (recorded)")
     p.add_argument("--label", default="")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     patterns = dict(x.split("=", 1) for x in a.proc)
     if not patterns:
         p.error("name at least one --proc NAME=REGEX")
+    unknown = sorted(set(a.front) - set(patterns))
+    if unknown:
+        p.error(f"--front {unknown}: not among the --proc names")
     keys = {"": ""} | (online.read_keys(a.api_keys_file) if a.api_keys_file else {})
     words = online.word_pool(a.tokenizer / "tokenizer.json")
     work = online.build("server-cpu", words, context_tokens=[a.context_tokens],
@@ -128,14 +139,18 @@ def main(argv: list[str] | None = None) -> None:
                         gen_tokens=a.gen_tokens, teams=[a.team])
     target = online.Target(a.base_url.rstrip("/"), a.side, a.model, keys)
     result = measure(target, work, patterns, a.idle_s)
-    result["label"] = a.label
+    result.update(label=a.label, side=a.side, front=a.front,
+                  stream_interval=a.stream_interval)
+    result["front_net_ms_per_token"] = round(sum(
+        result["processes"][n]["net_ms_per_token"] for n in a.front), 4)
     result["command"] = "python -m granikv_engine.bench.server_cpu " + " ".join(
         argv if argv is not None else sys.argv[1:])
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1))
     s = result["summary"]
     print(f"== {a.label or a.side}: {result['output_tokens']} tokens, "
-          f"{s['output_tok_s']:.0f} tok/s, errors {s['errors']}")
+          f"{s['output_tok_s']:.0f} tok/s, errors {s['errors']}; front end "
+          f"{result['front_net_ms_per_token']} ms CPU a token")
     for name, r in result["processes"].items():
         print(f"   {name}: {r['cpu_ms_per_token']} ms CPU a token, "
               f"{r['net_ms_per_token']} without its idle load ({r['busy_of_wall']:.0%} of "

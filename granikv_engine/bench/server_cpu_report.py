@@ -4,7 +4,9 @@
         --out docs/benchmarks --name NAME --date YYYY-MM-DD --commit SHA --machine TEXT
 
 writes NAME.md (CPU milliseconds per streamed token of each process, by run), NAME.json
-(the runs) and NAME.png (one bar group per run).
+(the runs) and NAME.png (one bar group per run). Runs that name their front-end
+processes (``server_cpu.py --front``) get their sum, and its ratio to the ``stock`` side's
+(``vllm serve``'s API server) at the same stream interval.
 """
 
 from __future__ import annotations
@@ -15,18 +17,30 @@ from pathlib import Path
 from typing import Any
 
 
+def front_ratio(run: dict[str, Any], runs: list[dict[str, Any]]) -> float | None:
+    """``run``'s front-end CPU per token over the stock side's at its stream interval."""
+    base = [r for r in runs if r.get("side") == "stock" and r.get("front")
+            and r.get("stream_interval") == run.get("stream_interval")]
+    if not run.get("front") or not base or not base[0]["front_net_ms_per_token"]:
+        return None
+    return float(run["front_net_ms_per_token"]) / float(base[0]["front_net_ms_per_token"])
+
+
 def table(runs: list[dict[str, Any]]) -> str:
     names: list[str] = []
     for r in runs:
         names += [n for n in r["processes"] if n not in names]
-    head = "| run | tok/s | " + " | ".join(f"{n}: ms CPU / token (net of idle)"
-                                          for n in names) + " |"
-    rows = [head, "|" + "---|" * (2 + len(names))]
+    head = ("| run | tok/s | front end: ms CPU / token, net (x vllm serve) | "
+            + " | ".join(f"{n}: ms CPU / token (net of idle)" for n in names) + " |")
+    rows = [head, "|" + "---|" * (3 + len(names))]
     for r in runs:
         procs = r["processes"]
         cells = [f"{procs[n]['cpu_ms_per_token']} ({procs[n]['net_ms_per_token']})"
                  if n in procs else "-" for n in names]
-        rows.append(f"| {r['label']} | {r['summary']['output_tok_s']:,.0f} | "
+        ratio = front_ratio(r, runs)
+        front = ("-" if not r.get("front") else f"{r['front_net_ms_per_token']} "
+                 f"({'+'.join(r['front'])}" + (f"; {ratio:.2f}x)" if ratio else ")"))
+        rows.append(f"| {r['label']} | {r['summary']['output_tok_s']:,.0f} | {front} | "
                     + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(rows)
 

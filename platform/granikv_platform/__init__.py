@@ -1,5 +1,5 @@
-"""GraniKV on Ray Serve: LLM replicas with GraniKV engines, an OpenAI-compatible and
-team-scoped HTTP ingress, and a prefix registry that outlives the replicas.
+"""GraniKV on Ray Serve: LLM replicas with GraniKV engines that are the app's
+OpenAI-compatible and team-scoped HTTP ingress, and a prefix registry that outlives the replicas.
 
     from granikv_platform import PlatformConfig, build_app
     serve.run(build_app(PlatformConfig(...)))

@@ -1,4 +1,4 @@
-"""Protocol items as HTTP answers: one place for the ingress's OpenAI routes and every
+"""Protocol items as HTTP answers: one place for the OpenAI routes and every
 route that relays a deployment's answer (prefixes, team context, the agents' runs and
 threads).
 
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -75,29 +74,31 @@ def _public_line(line: str) -> str:
     return f"data: {json.dumps(value)}"
 
 
-async def stream_answer(gen: Any, timeout_s: float | None = None,
+async def stream_answer(items: AsyncIterator[Item], timeout_s: float | None = None,
                         headers: Mapping[str, str] | None = None) -> Response:
-    """``gen``: a Serve handle's streaming call. ``timeout_s`` bounds the wait for its
-    first item; ``headers`` are added to the answer's own."""
+    """``items``: an answer's items, from the replica's own generator (a chat or
+    completion served in this process) or from a Serve handle's streaming call (a
+    service's, such as a run's events). ``timeout_s`` bounds the wait for the first
+    item; ``headers`` are added to the answer's own."""
     try:
         async with asyncio.timeout(timeout_s):
-            first: Item = await gen.__anext__()
+            first: Item = await anext(items)
     except StopAsyncIteration:
         return error_response(error_item(500, "the deployment returned nothing"))
     except BaseException:
-        gen.cancel()
+        await _close(items)
         raise
     if not isinstance(first, SseItem):
-        gen.cancel()
+        await _close(items)
         return answer(first)
-    return StreamingResponse(_relay(first, gen), media_type="text/event-stream",
+    return StreamingResponse(_relay(first, items), media_type="text/event-stream",
                              headers={**(first.headers or {}), **(headers or {})})
 
 
-async def _relay(first: SseItem, gen: Any) -> AsyncIterator[str]:
+async def _relay(first: SseItem, items: AsyncIterator[Item]) -> AsyncIterator[str]:
     try:
         yield public_sse(first.text)
-        async for item in gen:
+        async for item in items:
             if isinstance(item, SseItem):
                 yield public_sse(item.text)
                 continue
@@ -105,11 +106,20 @@ async def _relay(first: SseItem, gen: Any) -> AsyncIterator[str]:
                 500, "expected a stream chunk, got one answer")
             yield _event(err)
             return
-    except REPLICA_LOST as e:  # the replica died mid-stream
+    except REPLICA_LOST as e:  # the deployment behind a handle died mid-stream
         lost = unavailable(e)
         yield _event(error_item(lost.status, lost.message))
     finally:
-        gen.cancel()  # a client that went away aborts the call
+        await _close(items)  # a client that went away aborts the request
+
+
+async def _close(items: AsyncIterator[Item]) -> None:
+    """Stop ``items``: a handle's call is cancelled, a local generator closed."""
+    cancel = getattr(items, "cancel", None)
+    if cancel is not None:
+        cancel()
+    elif isinstance(items, AsyncGenerator):
+        await items.aclose()
 
 
 def _event(err: ErrorItem) -> str:

@@ -1,4 +1,5 @@
-"""create_app: the ingress's FastAPI app for one PlatformConfig.
+"""create_app: the app's FastAPI app for one PlatformConfig, served by every LLM replica
+(``replica_http.py``).
 
 Routes:
 - OpenAI: GET /v1/models, GET /v1/models/{id}, POST /v1/completions,
@@ -15,7 +16,8 @@ Access (``config.auth``, auth.py and identity.py): every route needs an API key 
 GET /healthz and GET /readyz, and it is checked before routing (team_gate.py: no path
 or team name can be probed without a key); /metrics, /v1/granikv/stats and the OpenAPI
 document (/openapi.json, /docs: it lists every team's routes) need the operator key.
-Every answer carries the request's id (``x-request-id``, errors.py). Bodies over
+Every answer carries the request's id (``x-request-id``, errors.py) and, served by a
+replica, that replica's id (``x-granikv-replica``). Bodies over
 ``limits.max_body_bytes`` are 413; a body that is not one JSON object sent as
 ``application/json`` is 400 or 415 (body.py).
 """
@@ -41,9 +43,11 @@ from granikv_platform.routes import openai, ops, prefixes, team_openai, teams, t
 from granikv_platform.team_gate import TeamGate
 
 
-def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAPI:
+def create_app(cfg: PlatformConfig, auth: Authenticator | None = None,
+               replica: str | None = None) -> FastAPI:
     """``auth``: default from ``cfg.auth`` (reads the keys file; raises without one
-    when keys are required)."""
+    when keys are required). ``replica``: the id of the replica that serves the app,
+    on every answer (``x-granikv-replica``)."""
     app = FastAPI(title="GraniKV platform", version="0.1.0",
                   description="OpenAI-compatible serving with team-scoped HOT prefixes.",
                   openapi_url=None, docs_url=None, redoc_url=None)  # see _document
@@ -53,7 +57,8 @@ def create_app(cfg: PlatformConfig, auth: Authenticator | None = None) -> FastAP
     app.add_middleware(BodyLimit, max_bytes=cfg.limits.max_body_bytes)
     # Outermost: a key, and the path's team, are checked before routing or any body.
     app.add_middleware(TeamGate, teams=frozenset(t.name for t in cfg.teams))
-    app.add_middleware(RequestIds)  # outermost: the gate's errors name the request too
+    # outermost: the gate's errors name the request (and the replica) too
+    app.add_middleware(RequestIds, replica=replica)
     install_error_handlers(app)
     app.include_router(openai.router(cfg))
     app.include_router(tokens.router())

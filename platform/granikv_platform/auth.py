@@ -9,9 +9,9 @@ per line; ``granikv keys FILE TEAM...`` writes one:
     blue: sha256:<64 hex digits>   a key given by its SHA-256: the file need not hold it
     @admin: gk-Hk2...              an operator key: /metrics and /v1/granikv/stats only
 
-It lives on the ingress's node (on Kubernetes a mounted Secret), never in the repository.
+It lives on every LLM replica's node (on Kubernetes a mounted Secret), never in the repository.
 Only the keys' SHA-256 digests are kept in memory; a presented key is hashed and looked
-up. The ingress re-reads the file when it changes (at most every ``reload_s``), keeping
+up. Each replica re-reads the file when it changes (at most every ``reload_s``), keeping
 the previous keys (with a warning in the log) if the new file does not parse or holds
 no key: a file emptied by mistake must not lock every caller out.
 """
@@ -126,7 +126,7 @@ class Authenticator:
     def from_config(cls, cfg: AuthConfig, env_file: Path | None = None) -> Authenticator:
         """The app's authenticator: ``auth.keys_file``, else ``env_file``
         (GRANIKV_API_KEYS_FILE). Raises KeyFileError when keys are required and none
-        can be read: an ingress without keys does not start."""
+        can be read: a replica without keys does not start."""
         if cfg.mode == "none":
             return cls(None)
         path = Path(cfg.keys_file) if cfg.keys_file else env_file
@@ -193,7 +193,7 @@ def new_key() -> str:
 def write_keys_file(path: Path, keys: Iterable[tuple[str, str]]) -> None:
     """Write ``(principal, key)`` lines to ``path``, readable by its owner only."""
     text = "".join(f"{who}: {key}\n" for who, key in keys)
-    KeyRing.parse(text, str(path))  # refuse to write what the ingress would not read
+    KeyRing.parse(text, str(path))  # refuse to write what a replica would not read
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -203,7 +203,7 @@ def write_keys_file(path: Path, keys: Iterable[tuple[str, str]]) -> None:
 def plain_keys(path: Path) -> dict[str, str]:
     """The first key given in clear text per principal of a keys file (for a local demo;
     a file of digests has none)."""
-    KeyRing.load(path)  # a file the ingress would refuse is refused here too
+    KeyRing.load(path)  # a file a replica would refuse is refused here too
     out: dict[str, str] = {}
     for raw in path.read_text().splitlines():
         line = raw.strip()

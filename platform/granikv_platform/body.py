@@ -1,6 +1,6 @@
 """JsonBody: a request body is one well-formed JSON object, or a 4xx that says why.
 
-An ASGI middleware of the ingress app. Every POST, PUT and PATCH body that is not empty
+An ASGI middleware of the app. Every POST, PUT and PATCH body that is not empty
 is read once, before any route or dependency sees it, and refused when it is:
 
 - sent without ``Content-Type: application/json`` (or ``+json``), or in another

@@ -3,9 +3,9 @@
 ``serve deploy deploy/serve_config.yaml`` imports ``granikv_platform.builder:build_app``
 and calls it with each application's ``args``; ``serve.run(build_app(args))`` does the
 same from Python. The application is the LLM replicas (one GraniKV engine each, see
-``placement.py``), the HTTP ingress in front of them, and the ``config.services`` (small
-deployments with a handle to the LLM replicas, that the ingress reaches by name, e.g.
-the agents' run executor).
+``placement.py``), which are also its HTTP ingress (``replica_http.py``), and the
+``config.services`` (small deployments that the replicas' routes reach by name, e.g. the
+agents' run executor; each gets an ``AppHandle`` to the LLM replicas).
 """
 
 from __future__ import annotations
@@ -16,28 +16,22 @@ from ray import serve
 from ray.serve.deployment import Application
 
 from granikv_platform.app import load_object
+from granikv_platform.app_handle import AppHandle
 from granikv_platform.config import PlatformConfig, ServiceConfig
-from granikv_platform.ingress import Ingress
 from granikv_platform.placement import replica_options
 from granikv_platform.replica import LLMReplica
-from granikv_platform.serve_options import merge_deployment_options
 
 
 def build_app(args: dict[str, Any] | PlatformConfig) -> Application:
     cfg = args if isinstance(args, PlatformConfig) else PlatformConfig.model_validate(args)
     data = cfg.model_dump(mode="json")  # plain data travels to the replicas
-    llm = serve.deployment(**replica_options(cfg))(LLMReplica).bind(data)
-    ing = cfg.ingress
-    ingress = serve.deployment(**merge_deployment_options({
-        "name": f"{cfg.name}-ingress", "num_replicas": ing.num_replicas,
-        "max_ongoing_requests": ing.max_ongoing_requests,
-        "ray_actor_options": {"num_cpus": ing.num_cpus}}, ing.deployment),
-    )(serve.ingress()(Ingress))
+    options = replica_options(cfg)
+    llm = AppHandle(options["name"])
     services = {s.name: _service(cfg, s, llm, data) for s in cfg.services}
-    return ingress.bind(llm, data, services)
+    return serve.deployment(**options)(serve.ingress()(LLMReplica)).bind(data, services)
 
 
-def _service(cfg: PlatformConfig, svc: ServiceConfig, llm: Application,
+def _service(cfg: PlatformConfig, svc: ServiceConfig, llm: AppHandle,
              data: dict[str, Any]) -> Application:
     cls = load_object(svc.cls)
     check = getattr(cls, "validate_options", None)

@@ -166,26 +166,24 @@ class ReplicaConfig(_Deployed):
                                                "stopping replica drains its requests.")
     sync_period_s: float = Field(1.0, gt=0, description="How often a replica reconciles "
                                  "its prefixes with the registry and reports its stats.")
-    stream_batch_ms: float = Field(0.0, ge=0, le=1000, description="Stream batching: after "
-                                   "a stream's first event, wait this long to send the "
-                                   "events that arrived meanwhile as one item across the "
-                                   "Ray handle; 0 sends at once, merging only events "
+    stream_batch_ms: float = Field(0.0, ge=0, le=1000, description="Stream batching of "
+                                   "a handle's calls (the agents' runs; HTTP streams "
+                                   "are served in the replica): after a stream's first "
+                                   "event, wait this long to send the events that "
+                                   "arrived meanwhile as one item across the Ray "
+                                   "handle; 0 sends at once, merging only events "
                                    "already waiting.")
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env "
                                         "of the replicas (env_vars such as "
                                         "VLLM_CPU_KVCACHE_SPACE).")
-
-
-class IngressConfig(_Deployed):
-    section: ClassVar[str] = "ingress"
-    num_replicas: int = Field(1, ge=1, description="HTTP ingress replicas.")
-    num_cpus: float = Field(0.1, ge=0, description="Logical CPUs per ingress replica.")
-    max_ongoing_requests: int = Field(1024, ge=1, description="Per-ingress concurrency cap.")
-    request_timeout_s: float = Field(600.0, gt=0, description="Longest wait for a replica's "
-                                     "first answer (504 after).")
-    replica_wait_s: float = Field(10.0, gt=0, description="Longest wait for an LLM replica "
-                                  "to take a request (none running, or all at "
-                                  "max_ongoing_requests): 503 with Retry-After after.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Longest wait for a "
+                                     "request's first answer: the first chunk of a "
+                                     "stream, a whole answer otherwise (504 after).")
+    replica_wait_s: float = Field(10.0, gt=0, description="Longest wait for a replica to "
+                                  "take a request (none running, or all at "
+                                  "max_ongoing_requests): 503 with Retry-After after. "
+                                  "deployment.max_queued_requests (default 4 x "
+                                  "max_ongoing_requests) bounds how many may wait.")
 
 
 class AuthConfig(_Strict):
@@ -195,10 +193,10 @@ class AuthConfig(_Strict):
     machine only)."""
 
     mode: Literal["keys", "none"] = Field("keys", description="keys (the default) or none.")
-    keys_file: str | None = Field(None, description="The API keys file on the ingress's "
-                                  "node (a mounted secret); default: the "
+    keys_file: str | None = Field(None, description="The API keys file on every LLM "
+                                  "replica's node (a mounted secret); default: the "
                                   "GRANIKV_API_KEYS_FILE environment variable.")
-    reload_s: float = Field(5.0, gt=0, description="How often the ingress looks for a "
+    reload_s: float = Field(5.0, gt=0, description="How often a replica looks for a "
                             "changed keys file (rotation without a restart).")
 
 
@@ -230,8 +228,8 @@ class RegistryConfig(_Strict):
 class ServiceConfig(_Strict):
     """A small deployment next to the LLM replicas (e.g. the agents' run executor)."""
 
-    name: str = Field(description="Its key in ``Ingress.services`` (routes find it there); "
-                      "the deployment is '<app>-<name>'.")
+    name: str = Field(description="Its key in the LLM replicas' ``services`` (routes find "
+                      "it there); the deployment is '<app>-<name>'.")
     cls: str = Field(description="'module:Class', constructed as Class(llm_handle, "
                      "config, options); Ray-free: the platform makes it a deployment.")
     num_replicas: int = Field(1, ge=1, description="1 for a service that owns a file.")
@@ -263,7 +261,6 @@ class PlatformConfig(_Strict):
     model: ModelConfig
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig.model_validate({}))
     replicas: ReplicaConfig = Field(default_factory=lambda: ReplicaConfig.model_validate({}))
-    ingress: IngressConfig = Field(default_factory=lambda: IngressConfig.model_validate({}))
     registry: RegistryConfig = Field(default_factory=lambda: RegistryConfig.model_validate({}))
     auth: AuthConfig = Field(default_factory=lambda: AuthConfig.model_validate({}))
     limits: LimitsConfig = Field(default_factory=lambda: LimitsConfig.model_validate({}))
@@ -280,8 +277,19 @@ class PlatformConfig(_Strict):
                                     "paths; factory(team: TeamConfig) -> APIRouter, mounted "
                                     "at /teams/{team} for each team.")
     services: list[ServiceConfig] = Field(default_factory=list, description="Extra "
-                                          "deployments the ingress reaches by name "
+                                          "deployments the routes reach by name "
                                           "(``ing.services[name]``).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_ingress(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "ingress" in v:
+            raise ValueError(
+                "there is no ingress deployment: the LLM replicas serve HTTP themselves. "
+                "Move ingress.request_timeout_s and ingress.replica_wait_s to replicas, "
+                "and Serve options (max_queued_requests, ...) to replicas.deployment; "
+                "drop ingress.num_replicas, num_cpus and max_ongoing_requests")
+        return v
 
     @field_validator("teams")
     @classmethod

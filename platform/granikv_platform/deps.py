@@ -1,4 +1,4 @@
-"""FastAPI dependencies for routes on the ingress, including extra routers:
+"""FastAPI dependencies for the app's routes, including extra routers:
 
     from granikv_platform.deps import CurrentIngress, RouteTeam
     def runs_router(team: TeamConfig) -> APIRouter:    # a config.team_routers entry
@@ -35,7 +35,7 @@ from granikv_platform.ingress_api import IngressApi
 
 
 def current_ingress() -> IngressApi:
-    """The ingress object serving this request (its handle, hub and config)."""
+    """The LLM replica serving this request (its config, hub, methods and services)."""
     return serve.get_replica_context().servable_object  # type: ignore[return-value]
 
 

@@ -42,6 +42,7 @@ class PlatformEnv:
     http_port: int | None  # GRANIKV_HTTP_PORT: overrides the config's http_options.port
     ray_address: str | None  # RAY_ADDRESS: join this cluster instead of starting one
     api_keys_file: Path | None  # GRANIKV_API_KEYS_FILE: the API keys (config.auth.keys_file wins)
+    serve_haproxy: bool  # RAY_SERVE_ENABLE_HA_PROXY=1: Serve's HAProxy front (Ray reads it)
 
     @classmethod
     def from_environ(cls) -> PlatformEnv:
@@ -53,4 +54,5 @@ class PlatformEnv:
             http_port=int(port) if port else None,
             ray_address=os.environ.get("RAY_ADDRESS") or None,
             api_keys_file=Path(keys) if keys else None,
+            serve_haproxy=os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1",
         )

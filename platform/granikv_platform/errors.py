@@ -1,7 +1,7 @@
 """HTTP errors of the platform, OpenAI-shaped: ``{"error": {"message", "type", "code",
 "request_id"}}``.
 
-Handlers installed on the ingress app turn ``ApiError``, a missing or wrong API key
+Handlers installed on the app turn ``ApiError``, a missing or wrong API key
 (401), registry errors and request validation failures (422, one line per field) into
 that shape. Every request has an id (``RequestIds``): the client's ``x-request-id``,
 or one made here (Ray Serve's proxy makes one as well); every error body names it, the
@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from granikv_engine.prefix_registry import PrefixError
 from granikv_platform.auth import AuthError
+from granikv_platform.names import REPLICA_HEADER
 from granikv_platform.protocol import (
     ErrorItem,
     error_item,
@@ -48,13 +49,15 @@ _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")  # else a new one (log hygi
 
 class RequestIds:
     """ASGI middleware, outermost: the request's id in ``REQUEST_ID`` and in its
-    ``x-request-id`` header. The client's id is kept when it is a plain token; behind
-    Ray Serve's proxy the header is always there (the proxy keeps the client's or makes
-    one, and puts it on the response). Without the proxy (tests, another server) the
-    id made here is put on the response."""
+    ``x-request-id`` header, and on every answer the replica that served it
+    (``x-granikv-replica``, when ``replica`` is given). The client's id is kept when it
+    is a plain token; behind Ray Serve's proxy the header is always there (the proxy
+    keeps the client's or makes one, and puts it on the response). Without the proxy
+    (tests, a replica's own HTTP server) the id made here is put on the response."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, replica: str | None = None) -> None:
         self.app = app
+        self.replica = replica.encode() if replica else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,8 +70,12 @@ class RequestIds:
             headers[REQUEST_ID_HEADER] = rid
 
         async def send_id(message: Message) -> None:
-            if message["type"] == "http.response.start" and given is None:
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = rid
+            if message["type"] == "http.response.start":
+                if given is None:
+                    MutableHeaders(scope=message)[REQUEST_ID_HEADER] = rid
+                if self.replica is not None:
+                    message["headers"] = [*message["headers"],
+                                          (REPLICA_HEADER.encode(), self.replica)]
             await send(message)
 
         token = REQUEST_ID.set(rid)
@@ -116,11 +123,11 @@ def client_error(item: ErrorItem) -> tuple[int, dict[str, Any]]:
     rid = REQUEST_ID.get()
     err = body["error"]
     if status == 500:
-        logger.warning("GraniKV ingress: request %s: internal error answered as 500: %s",
+        logger.warning("GraniKV: request %s: internal error answered as 500: %s",
                        rid, err["message"])
         err["message"] = internal_message(rid)
     elif status > 500 and public_text(err["message"]) != err["message"]:
-        logger.warning("GraniKV ingress: request %s: answered %d: %s", rid, status,
+        logger.warning("GraniKV: request %s: answered %d: %s", rid, status,
                        err["message"])
         err["message"] = public_text(err["message"])
     if rid is not None:
@@ -130,7 +137,7 @@ def client_error(item: ErrorItem) -> tuple[int, dict[str, Any]]:
 
 def internal_message(rid: str | None) -> str:
     return (f"internal error: the request was not served; its cause is in the server log "
-            f"under request id {rid} (Ray Serve's logs, on the ingress's node: "
+            f"under request id {rid} (Ray Serve's logs, on the LLM replica's node: "
             f"{serve_logs_dir()})")
 
 
@@ -185,7 +192,7 @@ def install_error_handlers(app: FastAPI) -> None:
         rid = request.headers.get(REQUEST_ID_HEADER)
         token = REQUEST_ID.set(rid)
         try:
-            logger.exception("GraniKV ingress: request %s: unhandled error", rid)
+            logger.exception("GraniKV: request %s: unhandled error", rid)
             response = error_response(error_item(500, f"internal error ({type(e).__name__})"))
         finally:
             REQUEST_ID.reset(token)

@@ -3,8 +3,8 @@ latest stats reports.
 
 It lives outside the LLM replicas (and outside the app's lifetime: ``lifetime=
 "detached"``), so a restarted replica finds its teams' prefixes there and pins them
-again; with ``registry.state_path`` it also survives its own restart. Every process of
-the app (ingress, replicas) reaches it by name with ``hub_handle``.
+again; with ``registry.state_path`` it also survives its own restart. Every LLM replica
+reaches it by name with ``hub_client``.
 """
 
 from __future__ import annotations

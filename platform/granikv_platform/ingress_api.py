@@ -1,8 +1,9 @@
-"""IngressApi: what a route may use of the ingress that serves it (its config, the prefix
-hub, the LLM replicas' methods and the named services).
+"""IngressApi: what a route may use of the LLM replica that serves it (its config, the
+prefix hub, its own methods and the named services).
 
-Routes and deps.py depend on this Protocol, not on ingress.py: the ingress builds its
-FastAPI app from the routes, so naming its class here would make a cycle.
+Routes and deps.py depend on this Protocol, not on replica.py: the replica builds its
+FastAPI app from the routes (``replica_http.py``), so naming its class here would make
+a cycle.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ class IngressApi(Protocol):
     services: dict[str, DeploymentHandle]  # config.services by name, e.g. the agents'
 
     async def call(self, method: str, *args: Any) -> Item:
-        """A unary LLMReplica method on one replica (Serve picks it)."""
+        """A unary method of the replica serving the request."""
         ...
 
     async def openai(self, method: str, *args: Any) -> Response:
-        """A chat/completions method of a replica (chat, completions, team_chat): one
-        JSON answer, or an SSE stream."""
+        """A chat/completions method of the replica serving the request (chat,
+        completions, team_chat): one JSON answer, or an SSE stream."""
         ...
 
     async def reports(self) -> dict[str, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Request limits (``config.limits``), each refused with a 4xx that names it.
 
-- Body size: ``BodyLimit``, an ASGI middleware of the ingress app. 413 from the
+- Body size: ``BodyLimit``, an ASGI middleware of the app. 413 from the
   Content-Length header before anything is read, or as soon as a streamed body passes
   the limit.
 - max_tokens and n: ``generation_body``, applied by the LLM replica to every chat and

@@ -76,8 +76,7 @@ def parse_serve_config(doc: Any, origin: str = "<config>") -> ServeFile:
 
 def deployment_names(cfg: PlatformConfig) -> list[str]:
     """The deployments ``build_app`` makes for ``cfg``, as ``deployments:`` names them."""
-    return [f"{cfg.name}-llm", f"{cfg.name}-ingress", *(f"{cfg.name}-{s.name}"
-                                                        for s in cfg.services)]
+    return [f"{cfg.name}-llm", *(f"{cfg.name}-{s.name}" for s in cfg.services)]
 
 
 def _check_overrides(spec: AppSpec, origin: str) -> None:

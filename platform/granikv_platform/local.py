@@ -31,6 +31,8 @@ from ray.serve._private import api as serve_api
 from ray.serve.schema import ApplicationStatusOverview, ServeDeploySchema
 
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
+from granikv_platform.env import PlatformEnv
+from granikv_platform.front import CALLBACK, PROXY_CALLBACK_ENV
 from granikv_platform.loader import ServeFile
 
 Echo = Callable[[str], None]
@@ -65,16 +67,32 @@ def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | Non
 
 
 def start_ray(ray_address: str | None, verbose: bool) -> Path:
-    """Join ``ray_address``, or start a cluster of this process on 127.0.0.1 only.
-    Returns the folder of the cluster's logs on this machine."""
+    """Join ``ray_address``, or start a cluster of this process on 127.0.0.1 only, whose
+    Serve proxy answers in the platform's shape (``front.py``; a cluster joined sets
+    that in its own environment). Returns the folder of the cluster's logs on this
+    machine."""
     if ray_address is None:
+        check_loopback_front(PlatformEnv.from_environ())
         os.environ[LOOPBACK_ENV] = "0"  # the processes that ray.init starts import Ray
         ray_constants.ENABLE_RAY_CLUSTER = False  # this process imported it already
+        os.environ.setdefault(PROXY_CALLBACK_ENV, CALLBACK)  # front.py, in Serve's proxy
     ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose,
              namespace="granikv")
     node = ray._private.worker.global_worker.node
     assert node is not None  # ray.init made or joined one
     return Path(node.get_logs_dir_path())
+
+
+def check_loopback_front(env: PlatformEnv) -> None:
+    """A local cluster serves on 127.0.0.1 through Serve's Python proxy. Serve's HAProxy
+    mode (``RAY_SERVE_ENABLE_HA_PROXY=1``) binds HAProxy's stats and metrics ports and
+    every replica's HTTP port on all interfaces, whatever ``http_options.host`` says:
+    refused for a local cluster, with what to do instead."""
+    if env.serve_haproxy:
+        raise ValueError(
+            "RAY_SERVE_ENABLE_HA_PROXY=1: Serve's HAProxy mode listens on every "
+            "interface, and granikv run's local cluster listens on 127.0.0.1 only; unset "
+            "it here (a cluster, `serve deploy`, can run HAProxy)")
 
 
 def registries(serve_file: ServeFile) -> dict[str, str]:

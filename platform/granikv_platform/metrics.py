@@ -1,17 +1,17 @@
 """Prometheus text for /metrics, from the replicas' latest reports (``LLMReplica.stats``).
 
-Every replica reports every ``sync_period_s`` to the registry hub; the ingress renders
-what the live ones said, one label set per replica. Each family has one meaning, so that
-summing it over its labels means something: capacity and use are separate families, and
-a label is never empty. Per-team families have a ``team`` label whose values are the
-configured teams (any other caller is counted as ``_other``), so their number of series
-is bounded by the config. The vLLM families an operator of ``vllm serve`` reads first
-(``vllm:kv_cache_usage_perc``, ``vllm:num_requests_running`` / ``_waiting``,
-``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+Every replica reports every ``sync_period_s`` to the registry hub; the replica that
+serves /metrics renders what the live ones said, one label set per replica. Each family
+has one meaning, so that summing it over its labels means something: capacity and use
+are separate families, and a label is never empty. Per-team families have a ``team``
+label whose values are the configured teams (any other caller is counted as ``_other``),
+so their number of series is bounded by the config. The vLLM families an operator of
+``vllm serve`` reads first (``vllm:kv_cache_usage_perc``, ``vllm:num_requests_running``
+/ ``_waiting``, ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
 ``vllm:request_success_total``) are rendered here too, per replica, from the replica's
 report; all of vLLM's metrics (latency histograms included) are also exported by Ray's
-metrics agent (engine_stats.py). Pure: no Ray, no vLLM. The engine's
-part of a report has the shape ``granikv_engine.stats.EngineStats`` declares.
+metrics agent (engine_stats.py). Pure: no Ray, no vLLM. The engine's part of a report
+has the shape ``granikv_engine.stats.EngineStats`` declares.
 """
 
 from __future__ import annotations

@@ -15,9 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+from ray.serve._private.constants import RAY_SERVE_ENABLE_HA_PROXY
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from granikv_platform.config import PlatformConfig
+from granikv_platform.front import RETRY_AFTER_S
+from granikv_platform.routing import ROUTER_CLASS
 from granikv_platform.serve_options import merge_deployment_options
 
 
@@ -25,8 +28,14 @@ def uses_placement_group(cfg: PlatformConfig) -> bool:
     return cfg.engine.accelerator == "gpu" and cfg.engine.tensor_parallel_size > 1
 
 
-def replica_options(cfg: PlatformConfig) -> dict[str, Any]:
-    """``serve.deployment`` options of the LLM replica deployment."""
+def replica_options(cfg: PlatformConfig, haproxy: bool = RAY_SERVE_ENABLE_HA_PROXY
+                    ) -> dict[str, Any]:
+    """``serve.deployment`` options of the LLM replica deployment (the app's ingress).
+    Routed by ``routing.ReplicaRouter`` behind Serve's Python proxy; behind its HAProxy
+    (``haproxy``: Ray's own flag, read where the app is built), HAProxy picks the replica
+    and Serve refuses a router of the ingress's own. Unless ``replicas.deployment`` says
+    otherwise, at most 4 x ``max_ongoing_requests`` requests wait for a replica, and one
+    more is turned away with a 503 that says when to retry."""
     r = cfg.replicas
     actor: dict[str, Any] = {"num_cpus": r.num_cpus}
     if r.runtime_env:
@@ -39,7 +48,14 @@ def replica_options(cfg: PlatformConfig) -> dict[str, Any]:
         "graceful_shutdown_wait_loop_s": r.graceful_shutdown_wait_loop_s,
         "graceful_shutdown_timeout_s": r.graceful_shutdown_timeout_s,
         "ray_actor_options": actor,
+        "max_queued_requests": 4 * r.max_ongoing_requests,
+        "backpressure_config": {"status_code": 503, "retry_after_s": RETRY_AFTER_S},
     }
+    if not haproxy:
+        opts["request_router_config"] = {
+            "request_router_class": ROUTER_CLASS,
+            "request_router_kwargs": {"replica_wait_s": r.replica_wait_s,
+                                      "retry_after_s": RETRY_AFTER_S}}
     if cfg.engine.accelerator == "gpu" and not uses_placement_group(cfg):
         actor["num_gpus"] = 1
     if uses_placement_group(cfg):

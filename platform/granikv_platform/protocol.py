@@ -1,7 +1,7 @@
-"""What crosses the Ray boundary between the ingress and the deployments behind it (the
-LLM replicas, the agents' run service).
+"""What an LLM replica's methods answer, to its own routes and across a Ray handle (the
+agents' run service calls the replicas; the replicas' routes call the run service).
 
-Their methods answer with items and never raise for a client's mistake. An answer is
+These methods answer with items and never raise for a client's mistake. An answer is
 one item, or a stream of them:
 - ``JsonItem``: a whole JSON answer (a non-streaming OpenAI response, a record), with
   its HTTP status;

@@ -1,14 +1,19 @@
-"""LLMReplica: the Serve deployment around one GraniKV engine (``EngineHost``).
+"""LLMReplica: the Serve deployment around one GraniKV engine (``EngineHost``), and the
+application's HTTP ingress (``replica_http.py``: the FastAPI app is served in this
+process, so a chat streams from vLLM to its response with no handle hop).
 
 Start-up: engine, then the team contexts of the config seeded into the registry, then a
 full reconcile with the registry (a restarted replica re-pins every prefix here), then one
 real chat and completion (``warm_up``), then a background loop that reconciles and reports
-stats every ``sync_period_s``: the first report is what /readyz waits for.
-The ingress calls the methods below through a DeploymentHandle; each answers with
-``protocol`` items. An engine that dies (its core process gone) makes every method
-answer 503, and the replica's process exits so that Serve starts a new one
-(``engine_watch``). Serve drains a stopping replica (``graceful_shutdown_timeout_s``)
-before ``__del__`` shuts the engine down.
+stats every ``sync_period_s``: the first report is what /readyz waits for. Serve builds
+the HTTP app once ``__init__`` has returned, so a replica takes no request before then.
+Routes call the methods below in this process; the ``config.services`` (the agents' run
+executor) call them through a handle, with a stream's chunks that are ready together
+batched into one item (``stream_batch.py``). Each answers with ``protocol`` items. An
+engine that dies (its core process gone) makes every method answer 503, and the
+replica's process exits so that Serve starts a new one (``engine_watch``). Serve drains
+a stopping replica (``graceful_shutdown_timeout_s``) before ``__del__`` shuts the
+engine down.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ray import serve
+from ray.serve.handle import DeploymentHandle
 
 from granikv_engine.prefix_registry import PrefixError, default_prefix_id
 from granikv_platform.config import PlatformConfig
@@ -50,6 +56,7 @@ from granikv_platform.registry import (
     team_id,
     variant_id,
 )
+from granikv_platform.replica_http import ReplicaHttp
 from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
 from granikv_platform.stream_batch import batch_sse
@@ -58,9 +65,12 @@ from granikv_platform.warm_up import warm_up
 
 logger = logging.getLogger("ray.serve")
 
-class LLMReplica:
-    async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]
+class LLMReplica(ReplicaHttp):
+    async def __init__(self, config: dict[str, Any],  # type: ignore[misc]
+                       services: dict[str, DeploymentHandle] | None = None) -> None:
+        """``services``: handles of the ``config.services`` by name (for their routes)."""
         self.cfg = PlatformConfig.model_validate(config)
+        self.services = dict(services or {})
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.calls = ControlPlaneCalls()  # on the request path; shared by hub and engine
         self.hub = hub_client(self.cfg.registry_name, self.cfg.registry.namespace,
@@ -90,17 +100,36 @@ class LLMReplica:
                                                          self._leave))
         logger.info("GraniKV replica %s ready", self.replica_id)
 
-    # ---- OpenAI (body normalized by the ingress: vllm_xargs carry the caller's team) --
+    # ---- OpenAI (body normalized by the routes: vllm_xargs carry the caller's team) ---
+    # A handle's calls (a service's): the stream's chunks that are ready together go as
+    # one item. The routes read ``_items`` in this process, unbatched.
     async def chat(self, body: dict[str, Any]) -> AsyncIterator[Item]:
-        async for item in self._serve(body, self.engine.chat):
+        async for item in self._batched(self._items("chat", body)):
             yield item
 
     async def completions(self, body: dict[str, Any]) -> AsyncIterator[Item]:
-        async for item in self._serve(body, self.engine.completions):
+        async for item in self._batched(self._items("completions", body)):
             yield item
 
     async def team_chat(self, team: str, body: dict[str, Any],
                         context_id: str | None = None) -> AsyncIterator[Item]:
+        async for item in self._batched(self._items("team_chat", team, body, context_id)):
+            yield item
+
+    def _batched(self, items: AsyncIterator[Item]) -> AsyncIterator[Item]:
+        return batch_sse(items, self.cfg.replicas.stream_batch_ms / 1e3)
+
+    def _items(self, method: str, *args: Any) -> AsyncIterator[Item]:
+        if method == "chat":
+            return self._serve(args[0], self.engine.chat)
+        if method == "completions":
+            return self._serve(args[0], self.engine.completions)
+        if method == "team_chat":
+            return self._team_chat(*args)
+        raise ValueError(f"not a chat or completion method: {method!r}")
+
+    async def _team_chat(self, team: str, body: dict[str, Any],
+                         context_id: str | None = None) -> AsyncIterator[Item]:
         """A chat of ``team``'s agents: the team's context first, as its system message,
         and the request bound to the context's HOT prefix. The context comes from the
         local view and its tokens from its spec (rendered once, when it was set), so a
@@ -154,7 +183,7 @@ class LLMReplica:
         if dead is not None:
             yield dead
             return
-        try:  # max_tokens and n, here: the agents' calls do not pass the ingress
+        try:  # max_tokens and n, here: the agents' calls do not pass the routes
             body = generation_body(body, self.cfg.limits)
         except LimitExceeded as e:
             yield error_item(400, str(e))
@@ -173,7 +202,7 @@ class LLMReplica:
         self.usage.request(team)
         self.inflight += 1
         try:
-            async for item in batch_sse(run(body), self.cfg.replicas.stream_batch_ms / 1e3):
+            async for item in run(body):
                 if isinstance(item, ErrorItem) and item.status >= 500:
                     item = self._dead() or item  # the engine died under this request
                 elif isinstance(item, SseItem):

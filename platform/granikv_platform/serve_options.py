@@ -1,5 +1,5 @@
-"""Ray Serve deployment options passed through a config (``replicas.deployment``,
-``ingress.deployment``), validated by Ray's own ``ray.serve.schema.DeploymentSchema``.
+"""Ray Serve deployment options passed through a config (``replicas.deployment``),
+validated by Ray's own ``ray.serve.schema.DeploymentSchema``.
 
 Any option of a deployment in a Serve config file may be given (autoscaling_config,
 max_queued_requests, max_replicas_per_node, logging_config, ...) except those the
@@ -17,6 +17,7 @@ _PLATFORM_SET = {
     "placement_group_bundles": "engine.tensor_parallel_size",
     "placement_group_strategy": "engine.tensor_parallel_size",
     "user_config": "nothing (the config is the application's args)",
+    "request_router_config": "replicas.replica_wait_s (the platform's router)",
 }
 
 

@@ -1,7 +1,9 @@
-"""Stream batching: SSE chunks that are ready together cross the Ray handle as one item.
+"""Stream batching: SSE chunks that are ready together cross a Ray handle as one item
+(a service's call of an LLM replica, such as an agent's turn; HTTP streams are served
+in the replica and need none).
 
 vLLM's OpenAI server yields one SSE event per engine step and request. At a few hundred
-concurrent streams, one Ray handle item per event costs the replica and the ingress more
+concurrent streams, one Ray handle item per event costs the replica and its caller more
 than the event itself. ``batch_sse`` reads the engine's stream in a task of its own and
 yields everything that arrived since the last item as one ``SseItem`` (SSE events
 concatenate). The first event goes out at once (time to first token); after

@@ -1,7 +1,7 @@
 """Callers are authenticated before routing, and team routes refused before their bodies
 are read.
 
-An ASGI middleware, outermost on the ingress app. Every path but the open ones
+An ASGI middleware, outermost on the app. Every path but the open ones
 (``OPEN_PATHS``: /healthz, /readyz and the OpenAPI document) needs a valid API key
 (``identity.caller``): without one the answer is 401 whatever the path, so that neither
 routes nor team names (/teams/{team}/...) can be probed without a key. Under

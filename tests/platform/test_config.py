@@ -4,6 +4,7 @@ applications are validated and built into Serve Application objects; nothing sta
 from __future__ import annotations
 
 import copy
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from granikv_platform.app_handle import AppHandle
 from granikv_platform.builder import build_app
 from granikv_platform.config import PlatformConfig
 from granikv_platform.loader import load_serve_config
@@ -100,10 +102,14 @@ def test_services_are_deployments_next_to_the_replicas() -> None:
     agents = {"name": "agents", "cls": "granikv_agents.service:RunService",
               "options": {"auto_resume": False}}
     app = build_app(cfg(services=[agents]))
-    kwargs = app._bound_deployment.init_args  # (llm, config, services) of the ingress
-    (svc,) = kwargs[2].values()
+    assert app._bound_deployment.name == "granikv-llm"  # the LLM replicas: the ingress
+    args = app._bound_deployment.init_args  # (config, services) of the LLM replicas
+    (svc,) = args[1].values()
     assert svc._bound_deployment.name == "granikv-agents"
     assert svc._bound_deployment.num_replicas == 1
+    llm = svc._bound_deployment.init_args[0]  # the service's handle to the LLM replicas
+    assert isinstance(llm, AppHandle) and llm.deployment == "granikv-llm"
+    assert pickle.loads(pickle.dumps(llm)).deployment == "granikv-llm"
     with pytest.raises(ValidationError, match="surprise"):  # the class checks its options
         build_app(cfg(services=[{**agents, "options": {"surprise": 1}}]))
     with pytest.raises(ValueError, match="cannot load object 'no_such_module:X'"):

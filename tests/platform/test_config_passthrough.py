@@ -1,6 +1,6 @@
 """The options a config passes through to vLLM's front end (``frontend``, checked by
-vLLM's FrontendArgs) and to Ray Serve's deployments (``replicas.deployment``,
-``ingress.deployment``, checked by Ray's DeploymentSchema). Nothing starts."""
+vLLM's FrontendArgs) and to Ray Serve's LLM deployment (``replicas.deployment``, checked
+by Ray's DeploymentSchema). Nothing starts."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_frontend_options_reach_vllms_serving_arguments(tmp_path: Any) -> None:
     ("replicas", {"ray_actor_options": {"num_gpus": 2}}, "engine.accelerator"),
     ("replicas", {"name": "x"}, "the app's name"),
     ("replicas", {"num_replicas": 2}, "set replicas.num_replicas"),
-    ("ingress", {"max_ongoing_requests": 2}, "set ingress.max_ongoing_requests"),
+    ("replicas", {"request_router_config": {}}, "replicas.replica_wait_s"),
 ])
 def test_bad_deployment_options_say_why(section: str, options: dict[str, Any],
                                         message: str) -> None:
@@ -93,20 +93,35 @@ def test_bad_deployment_options_say_why(section: str, options: dict[str, Any],
 def test_deployment_options_reach_serve() -> None:
     auto = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 8}
     c = cfg(replicas={"max_ongoing_requests": 4, "deployment": {
-        "autoscaling_config": auto, "max_queued_requests": 16, "max_replicas_per_node": 1}},
-        ingress={"deployment": {"max_queued_requests": 100}})
+        "autoscaling_config": auto, "max_queued_requests": 16, "max_replicas_per_node": 1}})
     opts = replica_options(c)
     assert opts["autoscaling_config"] == auto and "num_replicas" not in opts
     assert opts["max_queued_requests"] == 16 and opts["max_ongoing_requests"] == 4
-    app = build_app(c)
-    ingress = app._bound_deployment
-    llm = ingress.init_args[0]._bound_deployment
+    llm = build_app(c)._bound_deployment  # the LLM replicas are the app's ingress
     assert llm._deployment_config.max_queued_requests == 16
     assert llm._deployment_config.autoscaling_config.max_replicas == 3
     assert llm._replica_config.max_replicas_per_node == 1
-    assert ingress._deployment_config.max_queued_requests == 100
     again = PlatformConfig.model_validate(c.model_dump(mode="json"))  # as replicas get it
     assert replica_options(again) == opts
+
+
+def test_the_replicas_are_routed_with_a_bounded_wait_and_a_bounded_queue() -> None:
+    c = cfg(replicas={"max_ongoing_requests": 8, "replica_wait_s": 4.0})
+    opts = replica_options(c, haproxy=False)
+    router = opts["request_router_config"]
+    assert router["request_router_class"] == "granikv_platform.routing:ReplicaRouter"
+    assert router["request_router_kwargs"]["replica_wait_s"] == 4.0
+    assert opts["max_queued_requests"] == 32
+    assert opts["backpressure_config"] == {"status_code": 503, "retry_after_s": 1}
+    # Behind HAProxy, HAProxy picks the replica: Serve refuses a router of the ingress's
+    assert "request_router_config" not in replica_options(c, haproxy=True)
+    llm = build_app(c)._bound_deployment
+    assert llm._deployment_config.backpressure_config.retry_after_s == 1
+
+
+def test_a_config_with_the_former_ingress_section_says_where_it_went() -> None:
+    with pytest.raises(ValidationError, match="replicas.deployment"):
+        cfg(ingress={"num_replicas": 2})
 
 
 def test_granikv_run_deploys_the_serve_file_as_serve_run_reads_it(tmp_path: Path) -> None:

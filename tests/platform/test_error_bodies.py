@@ -1,4 +1,4 @@
-"""What the ingress app answers before any replica is involved (FastAPI's TestClient on
+"""What the app answers before its replica's engine is involved (FastAPI's TestClient on
 the real app of a config): request ids on every answer and error body, the OpenAPI
 document for the operator only, a keys file emptied on reload refused; and the
 sanitizing of the errors that cross to clients (vLLM's stream errors, Ray's internals

@@ -1,5 +1,5 @@
 """The extension point for the agents layer: routers from config.extra_routers (at /)
-and config.team_routers (at /teams/{team}, per configured team) on the ingress app."""
+and config.team_routers (at /teams/{team}, per configured team) on the app."""
 
 from __future__ import annotations
 

@@ -41,11 +41,11 @@ def app(**replicas: dict[ReplicaState, int]) -> ApplicationStatusOverview:
 
 def test_replica_progress_names_each_deployments_replicas_by_state() -> None:
     S, R = ReplicaState.STARTING, ReplicaState.RUNNING
-    apps = {"granikv": app(granikv_llm={S: 2}, granikv_ingress={R: 1}, granikv_agents={})}
+    apps = {"granikv": app(granikv_llm={S: 2}, granikv_agents={R: 1}, granikv_extra={})}
     assert local.replica_progress(apps) == {
         "granikv/granikv-llm": "0 of 2 replicas ready (2 starting)",
-        "granikv/granikv-ingress": "1 of 1 replica ready",
-        "granikv/granikv-agents": "no replica yet",
+        "granikv/granikv-agents": "1 of 1 replica ready",
+        "granikv/granikv-extra": "no replica yet",
     }
     apps = {"granikv": app(granikv_llm={S: 1, R: 1})}
     assert local.replica_progress(apps) == {
@@ -105,3 +105,15 @@ def test_a_local_cluster_listens_on_loopback_only(ray_tmp: Path) -> None:
     wild = [x for x in out["listen"] if x[1] not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")]
     assert not wild, f"listening beyond loopback: {wild}"
     assert out["logs"].startswith(str(ray_tmp)) and Path(out["logs"]).is_dir()
+
+
+def test_a_local_run_refuses_serves_haproxy_front(ray_tmp: Path) -> None:
+    """HAProxy mode listens on every interface: `granikv run` says so and starts
+    nothing (no Ray folder under its RAY_TMPDIR)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
+    env.update(RAY_TMPDIR=str(ray_tmp), RAY_SERVE_ENABLE_HA_PROXY="1")
+    proc = subprocess.run([sys.executable, "-m", "granikv_agents.cli", "run", "--once"],
+                          cwd=ray_tmp, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "every interface" in proc.stderr and "127.0.0.1 only" in proc.stderr, proc.stderr
+    assert not list(ray_tmp.iterdir())

@@ -45,7 +45,6 @@ def family_app(request: pytest.FixtureRequest, ray_serve: int,
                 registry={"name": f"{name}-registry-{os.getpid()}",
                           "state_path": str(tmp / "registry.json")})
     args["replicas"].update(num_replicas=1, num_cpus=0.1)
-    args["ingress"] = {**args.get("ingress", {}), "num_cpus": 0.05}
     serve.run(build_app(args), name=name, route_prefix=f"/{name}")
     url = f"http://127.0.0.1:{ray_serve}/{name}"
     wait_until(lambda: len(stats(url)["replicas"]) == 1, 120, f"{name}'s replica")

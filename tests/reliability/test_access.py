@@ -11,7 +11,7 @@ and its ``LIMITS``).
   afterwards and its engine hit counters did not move.
 - Request limits: body size (413, announced or streamed), prompt length, prefix size,
   max_tokens and n (400), each naming the limit; also for the agents' calls, which
-  reach the replicas through a Serve handle and not the ingress.
+  reach the replicas through a Serve handle and not the HTTP routes.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def test_request_limits_are_clear_4xx(base_url: str) -> None:
 def test_the_agents_calls_meet_the_same_limits(base_url: str) -> None:
     """A run asking for more tokens per turn than the platform allows fails at once with
     the limit named (a 400 is not retried); the run service reaches the replicas through
-    a Serve handle, so the replica enforces it, not the ingress."""
+    a Serve handle, so the replica's methods enforce it, not its routes."""
     from tests.agents.helpers import wait_run
 
     with httpx.Client(base_url=base_url, headers=auth("chaos"), timeout=60) as c:

@@ -4,7 +4,7 @@ vLLM's chat / completion request schemas included) and negative ones (that do no
 
 Checked for every case: no 5xx, and an answer of the platform's shape (an OpenAI-shaped
 error for a 4xx; JSON or a finished event stream for a 2xx). Afterwards the app has not
-crashed (the same LLM and ingress replicas are alive) and the engine still answers.
+crashed (the same LLM replicas are alive) and the engine still answers.
 Other teams' routes are fuzzed briefly (they must all be 403 for this key).
 
 Two bounds keep the run short, both written here: runs the fuzzer starts (POST

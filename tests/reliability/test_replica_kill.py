@@ -1,5 +1,11 @@
-"""An LLM replica killed during a team run (last in this folder: it restarts a replica
-of the session app, and waits until the app has recovered).
+"""An LLM replica killed while it streams, and during a team run (last in this folder:
+they restart replicas of the session app, and wait until the app has recovered).
+
+The replicas are the app's ingress: a client's stream is served by one of them, through
+Serve's proxy. Killed in the middle of streams, a replica's streams end with an
+OpenAI-shaped error event (503, the request's id) and ``data: [DONE]``, not a cut
+connection; the other replica's streams finish; the next request is served by the live
+replica, at once.
 
 The run (team ``chaos``: eight reviewers in parallel, four at a time, then a
 synthesizer) goes through the run service, which calls the LLM replicas through a Serve
@@ -24,12 +30,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
 
 from granikv_agents import load_spec
+from granikv_platform.names import REPLICA_HEADER
 from tests.agents.helpers import wait_run
 from tests.conftest import APP, REPO, TEAMS, auth, counters, stats, wait_until
 from tests.reliability.figures import record
@@ -108,6 +116,61 @@ def executor_lost_mid_run(c: httpx.Client) -> dict[str, Any]:
     return {"run_turns": len(keys), "turns_saved_before_kill": len(done_before),
             "turns_run_after_resume": sum(after.values()),
             "turns_recovered_on_resume": len(recovered), "run_attempts": view["attempts"]}
+
+
+def finished(events: list[str]) -> bool:
+    """Whether a chunk among ``events`` (``data: {...}`` lines) finished its choice."""
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events if e != "data: [DONE]"]
+    return any(ch.get("finish_reason") for c in chunks for ch in c.get("choices", ()))
+
+
+def test_streams_of_a_killed_replica_end_with_an_error_event(base_url: str) -> None:
+    old = two_replicas(base_url)
+    body = {"model": "tiny-llama", "prompt": "count: one two", "max_tokens": 64,
+            "ignore_eos": True, "stream": True}
+    c = httpx.Client(base_url=base_url, headers=auth("chaos"), timeout=120)
+    with ExitStack() as streams:
+        opened: list[tuple[str, str, Any]] = []
+        while len({rep for rep, _, _ in opened}) < 2:  # streams on both replicas
+            assert len(opened) < 32, "Serve sent 32 streams to one replica"
+            rid = f"kill-{len(opened)}"
+            s = streams.enter_context(c.stream("POST", "/v1/completions", json=body,
+                                               headers={"x-request-id": rid}))
+            assert s.status_code == 200, s.read()
+            lines = s.iter_lines()
+            assert next(ln for ln in lines if ln.startswith("data: ")) != "data: [DONE]"
+            opened.append((s.headers[REPLICA_HEADER], rid, lines))
+        victim = opened[-1][0]  # its newest stream has most of its tokens ahead
+        t_kill = time.monotonic()
+        kill_replica("llm", victim)
+        ends = [(rep, rid, [ln for ln in lines if ln.startswith("data: ")])
+                for rep, rid, lines in opened]
+    on_victim = [(rid, events) for rep, rid, events in ends if rep == victim]
+    lost = [(rid, events) for rid, events in on_victim if not finished(events)]
+    kept = [events for rep, _, events in ends if rep != victim]
+    assert lost and kept, [(rep, finished(events)) for rep, _, events in ends]
+    for rid, events in lost:  # cut mid-stream: the error event, then [DONE]
+        assert events[-1] == "data: [DONE]", events[-3:]
+        err = json.loads(events[-2].removeprefix("data: "))["error"]
+        assert err["code"] == 503 and err["request_id"] == rid, err
+        assert err["type"] == "ServiceUnavailableError" and "retry" in err["message"]
+    for events in kept:  # the live replica's streams finish
+        assert events[-1] == "data: [DONE]" and finished(events[-2:-1]), events[-3:]
+    t0 = time.monotonic()
+    r = c.post("/v1/completions", json={**body, "stream": False, "max_tokens": 2})
+    took = time.monotonic() - t0
+    assert r.status_code == 200 and r.headers[REPLICA_HEADER] != victim, r.text
+    c.close()
+
+    def replaced() -> set[str] | None:
+        s = set(stats(base_url)["replicas"])
+        return s if len(s) == 2 and victim not in s else None
+
+    wait_until(replaced, 300, "Serve to replace the killed replica", every_s=1.0)
+    record("fault_replica_killed_mid_stream", streams=len(ends), streams_cut=len(lost),
+           streams_on_the_victim_finished_before=len(on_victim) - len(lost),
+           streams_finished=len(kept), next_request_s=round(took, 2),
+           replaced_s=round(time.monotonic() - t_kill, 1), replicas_before=len(old))
 
 
 def test_killed_llm_replica_during_a_team_run(base_url: str) -> None:

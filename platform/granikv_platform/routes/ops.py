@@ -3,7 +3,7 @@
 
 /metrics and /v1/granikv/stats need the operator key: they show every team's prefix ids
 and traffic. /teams needs any key; /healthz and /readyz none (probes). /healthz answers
-while the ingress runs; /readyz answers 503 until an LLM replica has reported (started,
+while the replica runs; /readyz answers 503 until an LLM replica has reported (started,
 reconciled with the registry), so a load balancer sends no traffic before one can serve.
 """
 
