@@ -5,7 +5,9 @@ engine after its first chunk may end with no ``finish_reason`` and no error even
 client (the OpenAI SDK) then sees an empty answer as a success. ``StreamEnd`` watches
 the events as they pass and says, at ``[DONE]``, whether an error event must go before
 it. Pure text checks, no JSON parsing per chunk: in an event's JSON a quote inside a
-string is escaped, so an unescaped ``"finish_reason": "`` or ``{"error":`` is a key.
+string is escaped, so an unescaped ``"finish_reason": "`` or ``{"error":`` is a key. A
+substring test comes first (every chunk passes here, and a regular expression over it
+cost several microseconds, more than the rest of the chunk's path in the replica).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 DONE = "data: [DONE]"
+_FINISH_KEY = '"finish_reason":'
 _FINISHED = re.compile(r'(?<!\\)"finish_reason":\s*"')
 _ERROR = re.compile(r'^data: \{"error":', re.MULTILINE)
 
@@ -28,9 +31,9 @@ class StreamEnd:
     done: bool = False
 
     def see(self, text: str) -> None:
-        if not self.finished and _FINISHED.search(text):
+        if not self.finished and _FINISH_KEY in text and _finished(text):
             self.finished = True
-        if not self.errored and _ERROR.search(text):
+        if not self.errored and '{"error":' in text and _ERROR.search(text):
             self.errored = True
         if DONE in text:
             self.done = True
@@ -39,6 +42,18 @@ class StreamEnd:
     def abnormal(self) -> bool:
         """Whether the stream carried neither a finish nor an error event."""
         return not self.finished and not self.errored
+
+
+def _finished(text: str) -> bool:
+    """Whether a ``finish_reason`` key in ``text`` has a string value (not ``null``)."""
+    i = text.find(_FINISH_KEY)
+    while i >= 0:
+        j = i + len(_FINISH_KEY)
+        if text.startswith(("null", " null"), j):  # vLLM's every unfinished chunk
+            i = text.find(_FINISH_KEY, j)
+            continue
+        return _FINISHED.search(text, i - 1 if i else 0) is not None
+    return False
 
 
 def error_event(message: str, status: int = 500, type_: str = "InternalServerError") -> str:

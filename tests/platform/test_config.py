@@ -70,7 +70,9 @@ def test_engine_args_and_paths() -> None:
 
 def test_placement_per_accelerator() -> None:
     cpu = replica_options(cfg(replicas={"num_cpus": 0.5, "num_replicas": 2}))
-    assert cpu["ray_actor_options"] == {"num_cpus": 0.5} and cpu["num_replicas"] == 2
+    actor = cpu["ray_actor_options"]
+    assert actor["num_cpus"] == 0.5 and "num_gpus" not in actor and cpu["num_replicas"] == 2
+    assert set(actor) == {"num_cpus", "runtime_env"}  # the replica's env (placement.py)
     assert "placement_group_bundles" not in cpu
     gpu1 = cfg(engine={"accelerator": "gpu"})
     assert replica_options(gpu1)["ray_actor_options"]["num_gpus"] == 1

@@ -119,8 +119,17 @@ def test_the_replicas_are_routed_with_a_bounded_wait_and_a_bounded_queue() -> No
     assert llm._deployment_config.backpressure_config.retry_after_s == 1
 
 
+def test_the_apps_code_runs_on_the_replicas_own_loop_unless_the_config_says() -> None:
+    env = replica_options(cfg())["ray_actor_options"]["runtime_env"]["env_vars"]
+    assert env == {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
+    mine = {"env_vars": {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1", "X": "y"},
+            "pip": ["six"]}
+    opts = replica_options(cfg(replicas={"runtime_env": mine}))["ray_actor_options"]
+    assert opts["runtime_env"] == mine
+
+
 def test_a_config_with_the_former_ingress_section_says_where_it_went() -> None:
-    with pytest.raises(ValidationError, match="replicas.deployment"):
+    with pytest.raises(ValidationError, match=r"replicas\.deployment"):
         cfg(ingress={"num_replicas": 2})
 
 

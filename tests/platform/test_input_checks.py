@@ -126,6 +126,15 @@ def test_a_finish_or_an_error_event_is_a_normal_end() -> None:
     quoted.see('data: {"choices":[{"delta":{"content":"\\"finish_reason\\": \\"x"},'
                '"finish_reason":null}]}\n\n')
     assert quoted.abnormal
+    spaced = StreamEnd()  # JSON written with spaces, as another server may
+    spaced.see('data: {"choices": [{"finish_reason": null}]}\n\n')
+    assert spaced.abnormal
+    spaced.see('data: {"choices": [{"finish_reason": "stop"}]}\n\n')
+    assert not spaced.abnormal
+    batched = StreamEnd()  # several events in one text: the second one finishes
+    batched.see('data: {"choices":[{"index":0,"finish_reason":null}]}\n\n'
+                'data: {"choices":[{"index":1,"finish_reason":"length"}]}\n\n')
+    assert not batched.abnormal
 
 
 def _tools(raw: list[dict[str, object]]) -> list[object]:
