@@ -69,9 +69,11 @@ def snapshot(groups: dict[str, list[int]]) -> dict[str, float]:
 
 
 def measure(target: online.Target, work: online.Workload, patterns: dict[str, str],
-            idle_s: float = 10.0) -> dict[str, Any]:
+            idle_s: float = 10.0, repeat: int = 1) -> dict[str, Any]:
     """``idle_s``: first measure each process idle that long (background loops, stats
-    reports), so the per-token figure can leave that out (``net_ms_per_token``)."""
+    reports), so the per-token figure can leave that out (``net_ms_per_token``).
+    ``repeat``: measured runs of the workload; each process's figures are the median
+    run's (its own median), every run's are kept (``runs``)."""
     groups = {name: processes(rx) for name, rx in patterns.items()}
     missing = [f"{name}={patterns[name]}" for name, pids in groups.items() if not pids]
     if missing:
@@ -81,26 +83,41 @@ def measure(target: online.Target, work: online.Workload, patterns: dict[str, st
     time.sleep(idle_s)
     idle1, idle_wall = snapshot(groups), time.perf_counter() - t0
     idle = {name: (idle1[name] - idle0[name]) / idle_wall for name in groups}
-    before, t0 = snapshot(groups), time.perf_counter()
-    out = online.run(target, work, procs=1)  # (sets the same contexts again: a few ms)
-    after, wall = snapshot(groups), time.perf_counter() - t0
-    tokens = out["summary"]["output_tokens"]
-    used = {name: after[name] - before[name] for name in groups}
-    net = {name: max(0.0, used[name] - idle[name] * wall) for name in groups}
+    runs = [_one_run(target, work, groups, idle) for _ in range(max(1, repeat))]
+    middle = sorted(runs, key=lambda r: r["output_tok_s"])[len(runs) // 2]
+    procs = {}
+    for name in groups:
+        mid = sorted(runs, key=lambda r: r["net_ms"][name])[len(runs) // 2]
+        procs[name] = {"pattern": patterns[name], "pids": groups[name],
+                       "cpu_s": round(mid["used"][name], 3),
+                       "cpu_ms_per_token": round(mid["ms"][name], 4),
+                       "busy_of_wall": round(mid["used"][name] / mid["wall"], 3),
+                       "idle_busy": round(idle[name], 4),
+                       "net_ms_per_token": round(mid["net_ms"][name], 4),
+                       "net_ms_per_token_runs": [round(r["net_ms"][name], 4) for r in runs]}
     return {
         "workload": {"contexts": {t: len(c.split()) for t, c in work.contexts.items()},
                      "requests": len(work.turns),
                      "gen_tokens": sorted({t.gen_tokens for t in work.turns})},
-        "processes": {name: {"pattern": patterns[name], "pids": groups[name],
-                             "cpu_s": round(used[name], 3),
-                             "cpu_ms_per_token": round(1e3 * used[name] / max(tokens, 1), 4),
-                             "busy_of_wall": round(used[name] / wall, 3),
-                             "idle_busy": round(idle[name], 4),
-                             "net_ms_per_token": round(1e3 * net[name] / max(tokens, 1), 4)}
-                      for name in groups},
-        "output_tokens": tokens, "wall_s": round(wall, 3),
-        "summary": out["summary"],
+        "processes": procs, "repeat": len(runs),
+        "output_tokens": middle["tokens"], "wall_s": round(middle["wall"], 3),
+        "summary": middle["summary"],
+        "output_tok_s_runs": [round(r["output_tok_s"], 1) for r in runs],
     }
+
+
+def _one_run(target: online.Target, work: online.Workload, groups: dict[str, list[int]],
+             idle: dict[str, float]) -> dict[str, Any]:
+    before, t0 = snapshot(groups), time.perf_counter()
+    out = online.run(target, work, procs=1)  # (sets the same contexts again: a few ms)
+    after, wall = snapshot(groups), time.perf_counter() - t0
+    tokens = max(int(out["summary"]["output_tokens"]), 1)
+    used = {name: after[name] - before[name] for name in groups}
+    net = {name: max(0.0, used[name] - idle[name] * wall) for name in groups}
+    return {"tokens": tokens, "wall": wall, "summary": out["summary"], "used": used,
+            "output_tok_s": float(out["summary"]["output_tok_s"]),
+            "ms": {n: 1e3 * used[n] / tokens for n in groups},
+            "net_ms": {n: 1e3 * net[n] / tokens for n in groups}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -123,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="a --proc group that is part of the server's front end (repeatable)")
     p.add_argument("--stream-interval", type=int, default=None,
                    help="the server's stream_interval (recorded)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="measured runs; each process's figures are its median run's")
     p.add_argument("--label", default="")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
@@ -138,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
                         agents_per_team=a.agents, own_tokens=a.own_tokens,
                         gen_tokens=a.gen_tokens, teams=[a.team])
     target = online.Target(a.base_url.rstrip("/"), a.side, a.model, keys)
-    result = measure(target, work, patterns, a.idle_s)
+    result = measure(target, work, patterns, a.idle_s, a.repeat)
     result.update(label=a.label, side=a.side, front=a.front,
                   stream_interval=a.stream_interval)
     result["front_net_ms_per_token"] = round(sum(

@@ -72,6 +72,11 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _repeats(runs: list[dict[str, Any]]) -> str:
+    counts = sorted({int(r.get("repeat", 1)) for r in runs})
+    return "once" if counts == [1] else f"{'/'.join(map(str, counts))} times"
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=Path, nargs="+", required=True)
@@ -89,10 +94,13 @@ def main(argv: list[str] | None = None) -> None:
     commands = "\n".join(f"- `{r['command']}`" for r in runs)
     (a.out / f"{a.name}.md").write_text(
         f"# CPU time per streamed token, by process ({a.date})\n\n"
-        f"Machine: {a.machine}; commit `{a.commit}`. Each run: one closed-loop workload "
-        f"after an unmeasured one; CPU time (user + system) of each process during it, over "
-        f"the tokens streamed; in brackets, without the process's idle load (measured "
-        f"just before).\n\n{table(runs)}\n\n![CPU per token]({a.name}.png)\n\n"
+        f"Machine: {a.machine}; commit `{a.commit}`. Each row: one server, one "
+        f"closed-loop workload run unmeasured, then measured {_repeats(runs)}; CPU time "
+        f"(user + system) of each process during a run, over the tokens streamed (each "
+        f"process: its median run); in brackets, without the process's idle load "
+        f"(measured just before). Front end: the sum of the named processes' net "
+        f"figures, and its ratio to `vllm serve`'s API server at the same stream "
+        f"interval.\n\n{table(runs)}\n\n![CPU per token]({a.name}.png)\n\n"
         f"Commands:\n\n{commands}\n")
 
 

@@ -6,8 +6,9 @@
 #   bash granikv_engine/bench/runs/server_cpu.sh OUT [NAME]
 # The model is the tiny model's shape with vLLM's dummy weights and a word tokenizer of
 # its 1,024 ids (bench/word_tokenizer.py). The platform's config is
-# bench/online_configs/platform-cpu.yaml. Environment: PYTHON (python3), SERVE (serve),
-# SIDES (default "stock proxy haproxy"), INTERVALS ("1 16"), START_TIMEOUT (900 s).
+# bench/online_configs/platform-cpu.yaml. Each side's figures are the median of REPEAT
+# measured runs (5). Environment: PYTHON (python3), SERVE (serve), SIDES (default
+# "stock proxy haproxy"), INTERVALS ("1 16"), REPEAT, START_TIMEOUT (900 s).
 # HAProxy mode listens on every interface (its stats and metrics ports, the replica's
 # port): run this on a machine that nobody else reaches.
 set -uo pipefail
@@ -96,7 +97,8 @@ for side in ${SIDES:-stock proxy haproxy}; do
       ;;
     esac
     "$PY" -m granikv_engine.bench.server_cpu --base-url "$URL" "${WORK[@]}" "${procs[@]}" \
-      --stream-interval "$si" --label "$label" --out "$out/$side-si$si.json" || exit 1
+      --stream-interval "$si" --repeat "${REPEAT:-5}" --label "$label" \
+      --out "$out/$side-si$si.json" || exit 1
     runs+=("$out/$side-si$si.json")
     stop
   done
