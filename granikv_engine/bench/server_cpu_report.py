@@ -55,19 +55,31 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     x = 0.0
     ticks, labels = [], []
     colors: dict[str, str] = {}  # one colour per process name across runs
+    fronts = all(r.get("front") for r in runs)
     for r in runs:
         procs = r["processes"]
-        for k, (name, p) in enumerate(procs.items()):
-            color = colors.setdefault(name, f"C{len(colors)}")
-            ax.bar(x + k, p["net_ms_per_token"], color=color, label=name)
-        ticks.append(x + (len(procs) - 1) / 2)
+        if fronts:  # the front end only, one stacked bar a run (the engine is not compared)
+            bottom = 0.0
+            for name in r["front"]:
+                value = procs[name]["net_ms_per_token"]
+                color = colors.setdefault(name, f"C{len(colors)}")
+                ax.bar(x, value, bottom=bottom, color=color, label=name)
+                bottom += value
+            ticks.append(x)
+            x += 1.5
+        else:
+            for k, (name, p) in enumerate(procs.items()):
+                color = colors.setdefault(name, f"C{len(colors)}")
+                ax.bar(x + k, p["net_ms_per_token"], color=color, label=name)
+            ticks.append(x + (len(procs) - 1) / 2)
+            x += len(procs) + 1
         labels.append(r["label"].replace(", ", "\n"))
-        x += len(procs) + 1
     handles, names = ax.get_legend_handles_labels()
     seen = dict(zip(names, handles))
     ax.legend(seen.values(), seen.keys(), fontsize=8)
     ax.set_xticks(ticks, labels, fontsize=8)
-    ax.set_ylabel("CPU ms per streamed token (net of idle)")
+    ax.set_ylabel("front end: CPU ms / token (net)" if fronts
+                  else "CPU ms per streamed token (net of idle)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
