@@ -396,6 +396,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--time-limit", type=float, default=None,
                    help="seconds: cancel the requests still running then and count the "
                    "tokens streamed so far (the result says it is incomplete)")
+    p.add_argument("--stream-interval", type=int, default=None,
+                   help="the server's vLLM stream_interval (recorded with the run)")
+    p.add_argument("--front", default="", help="the platform's front: proxy (Serve's "
+                   "Python proxy) or haproxy (recorded with the run)")
+    p.add_argument("--gpu", default="", help="the server's GPU (recorded with the run)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--label", default="")
     a = p.parse_args(argv)
@@ -410,9 +415,12 @@ def main(argv: list[str] | None = None) -> None:
                   time_limit=a.time_limit)
         out["command"] = "python -m granikv_engine.bench.online " + " ".join(
             argv if argv is not None else __import__("sys").argv[1:])
-        out["label"] = a.label
+        out.update(label=a.label, stream_interval=a.stream_interval, front=a.front,
+                   gpu=a.gpu)
         mode = f"open{a.rate:g}" if a.rate else "closed"
-        path = a.out / f"online-{name}-{a.side}-{mode}.json"
+        si = f"-si{a.stream_interval}" if a.stream_interval else ""
+        front = f"-{a.front}" if a.front else ""
+        path = a.out / f"online-{name}-{a.side}{front}-{mode}{si}.json"
         path.write_text(json.dumps(out, indent=1))
         s = out["summary"]
         print(f"== {name} {a.side} {mode}: {s['output_tok_s']:.0f} tok/s, "

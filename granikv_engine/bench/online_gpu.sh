@@ -124,8 +124,11 @@ until up; do
   sleep 2
 done
 echo "== $side server up in $(( $(date +%s) - t0 )) s"
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 args=(--base-url "$URL" --side "$side" --tokenizer "$MODEL_DIR" --model llama-8b --out "$out"
       ${KEYS:+--api-keys-file "$KEYS"} --procs "${PROCS:-4}" --scale "${SCALE:-1}"
+      --stream-interval "$STREAM_INTERVAL" --gpu "${GPU_NAME:-none}"
+      $( [ "$side" = platform ] && echo --front "${FRONT:-proxy}")
       $( [ "${WORDS_ONLY:-0}" = 1 ] && echo --words-only) ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
 if [ -n "${GO_FILE:-}" ]; then  # started together with other sides: measure when told
   touch "$out/up"

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-SIDES = ("stock", "granikv", "platform")
+# the platform behind Serve's Python proxy ("platform") or its HAProxy ("platform-haproxy")
+SIDES = ("stock", "granikv", "platform", "platform-haproxy")
 
 
 def _read(path: Path) -> Any:
@@ -47,20 +48,31 @@ def team_runs(dirs: list[Path]) -> list[dict[str, Any]]:
     return [_read(p) for d in dirs for p in _find(d, "online-team-run.json")]
 
 
+def side_of(run: dict[str, Any]) -> str:
+    """A run's column: its side, the platform's by its front."""
+    return "platform-haproxy" if run["side"] == "platform" and run.get(
+        "front") == "haproxy" else str(run["side"])
+
+
 def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (workload, mode, rate): each side's tok/s, TTFT and ITL medians."""
-    by_key: dict[tuple[str, str, Any], dict[str, dict[str, Any]]] = {}
+    """One row per (workload, mode, rate, stream interval, GPU): each side's tok/s, TTFT
+    and ITL medians."""
+    by_key: dict[tuple[str, str, Any, Any, str], dict[str, dict[str, Any]]] = {}
     for run in runs:
-        by_key.setdefault((run["workload"], run["mode"], run.get("rate")), {})[run["side"]] = run
+        key = (run["workload"], run["mode"], run.get("rate"), run.get("stream_interval"),
+               run.get("gpu") or "")
+        by_key.setdefault(key, {})[side_of(run)] = run
     out = []
-    for (workload, mode, rate), sides in sorted(by_key.items(), key=lambda kv: str(kv[0])):
+    for (workload, mode, rate, interval, gpu), sides in sorted(by_key.items(),
+                                                               key=lambda kv: str(kv[0])):
         def get(side: str, *path: str, sides: dict[str, Any] = sides) -> Any:
             node: Any = sides.get(side, {}).get("summary")
             for p in path:
                 node = node.get(p) if isinstance(node, dict) else None
             return node
 
-        row: dict[str, Any] = {"workload": workload, "mode": mode, "rate": rate}
+        row: dict[str, Any] = {"workload": workload, "mode": mode, "rate": rate,
+                               "stream_interval": interval, "gpu": gpu}
         for side in SIDES:
             row[f"{side}_tok_s"] = get(side, "output_tok_s")
         row["ttft_p50_s"] = {s: get(s, "ttft_s", "p50") for s in SIDES}
@@ -70,10 +82,14 @@ def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["errors"] = {s: get(s, "errors") for s in SIDES}
         # False: the time limit cut the run; its tok/s counts the tokens streamed by then
         row["complete"] = {s: get(s, "complete") for s in SIDES}
+        row["tpot_p99_s"] = {s: get(s, "tpot_s", "p99") for s in SIDES}
+        row["ttft_p99_s"] = {s: get(s, "ttft_s", "p99") for s in SIDES}
         row["requests"] = {s: sides[s]["requests"] for s in sides}
-        stock, gk, plat = (row[f"{s}_tok_s"] for s in SIDES)
-        row["platform_vs_stock"] = plat / stock if plat and stock else None
-        row["platform_vs_granikv"] = plat / gk if plat and gk else None
+        stock, gk = row["stock_tok_s"], row["granikv_tok_s"]
+        for side, name in (("platform", "platform"), ("platform-haproxy", "haproxy")):
+            plat = row[f"{side}_tok_s"]
+            row[f"{name}_vs_stock"] = plat / stock if plat and stock else None
+            row[f"{name}_vs_granikv"] = plat / gk if plat and gk else None
         row["granikv_vs_stock"] = gk / stock if gk and stock else None
         out.append(row)
     return out
@@ -93,9 +109,11 @@ def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
              "whole run (first request sent to last token); TTFT and inter-chunk latency "
              "medians as the client saw them. (cut): the time limit ended that run; its "
              "tok/s counts the tokens streamed by then.", "",
-             "| workload | load | stock tok/s | GraniKV tok/s | platform tok/s | platform / "
-             "stock | platform / GraniKV | TTFT p50 stock / GraniKV / platform (s) | ITL p50 "
-             "(ms) | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "Platform: behind Serve's Python proxy / behind its HAProxy.", "",
+             "| workload | load | stream interval | stock tok/s | GraniKV tok/s | platform "
+             "tok/s (proxy / HAProxy) | platform / stock | platform / GraniKV | TTFT p50 "
+             "stock / GraniKV / platform (s) | ITL p50 (ms) | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["rows"]:
         load_ = "closed" if r["mode"] == "closed" else f"Poisson {r['rate']:g}/s"
         ttft = " / ".join(_f(r["ttft_p50_s"][s], ".2f") for s in SIDES)
@@ -106,10 +124,12 @@ def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 
         def tok(side: str, r: dict[str, Any] = r, cut: dict[str, Any] = cut) -> str:
             return _f(r[f"{side}_tok_s"], ",.0f") + (" (cut)" if cut.get(side) is False else "")
-        lines.append(f"| {r['workload']} | {load_} | {tok('stock')} | "
-                     f"{tok('granikv')} | {tok('platform')} | "
-                     f"{_x(r['platform_vs_stock'])} | {_x(r['platform_vs_granikv'])} | {ttft} | "
-                     f"{itl} | {errs} |")
+        both = " / ".join((_x(r["platform_vs_stock"]), _x(r["haproxy_vs_stock"])))
+        both_gk = " / ".join((_x(r["platform_vs_granikv"]), _x(r["haproxy_vs_granikv"])))
+        lines.append(f"| {r['workload']} | {load_} | {_f(r.get('stream_interval'), 'd')} | "
+                     f"{tok('stock')} | {tok('granikv')} | {tok('platform')} / "
+                     f"{tok('platform-haproxy')} | {both} | {both_gk} | {ttft} | {itl} | "
+                     f"{errs} |")
     for t in summary.get("team_runs", []):
         lines += ["", f"Agent team run through the platform: {t['status']}, {t['turns']} turns "
                   f"of {t['agents']} agents in {t['wall_s']:.1f} s, HOT hits "
@@ -126,11 +146,13 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rs = summary["rows"]
-    labels = [f"{r['workload']}\n{r['mode']}" for r in rs]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    width = 0.27
+    labels = [f"{r['workload']}\n{r['mode']}" + (f", si {r['stream_interval']}"
+                                                  if r.get("stream_interval") else "")
+              for r in rs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    width = 0.2
     for k, side in enumerate(SIDES):
-        xs = [i + (k - 1) * width for i in range(len(rs))]
+        xs = [i + (k - 1.5) * width for i in range(len(rs))]
         a.bar(xs, [r[f"{side}_tok_s"] or 0 for r in rs], width, label=side)
         b.bar(xs, [r["ttft_p50_s"][side] or 0 for r in rs], width, label=side)
     for ax, title in ((a, "output tokens/s"), (b, "TTFT p50 (s)")):

@@ -141,4 +141,32 @@ def test_report_reads_gzipped_runs_and_the_team_run(tmp_path: Path) -> None:
     assert row["platform_vs_stock"] == pytest.approx(2.0) and row["platform_vs_granikv"] is None
     assert summary["team_runs"][0]["turns"] == 33 and "team" in summary["commands"]
     md = (tmp_path / "r" / "s.md").read_text()
-    assert "| 2.00x | - |" in md and "33 turns of 33 agents in 5.6 s" in md
+    assert "| 2.00x / - | - / - |" in md and "33 turns of 33 agents in 5.6 s" in md
+
+
+def test_report_rows_by_stream_interval_with_both_fronts(tmp_path: Path) -> None:
+    """Each (workload, load, stream interval, GPU) is a row; the platform's two fronts
+    are columns of it, each compared with stock and GraniKV."""
+    from granikv_engine.bench import online_report
+
+    base = dict(index=0, team="t", sent=0.0, first=0.5, chunks=[0.5, 1.0],
+                completion_tokens=4, streamed_tokens=4, prompt_tokens=9, cached_tokens=0,
+                error=None)
+    for si in (1, 16):
+        for side, front, done in (("stock", "", 4.0), ("granikv", "", 1.0),
+                                  ("platform", "proxy", 2.0), ("platform", "haproxy", 1.0)):
+            rs = [{**base, "done": done / (1 if si == 1 else 2)}]
+            run = {"workload": "W1-online", "side": side, "front": front, "mode": "closed",
+                   "rate": None, "requests": 1, "stream_interval": si, "gpu": "GPU-X",
+                   "summary": online.summarize(rs), "results": rs, "command": side}
+            (tmp_path / f"online-W1-online-{side}{front}-{si}.json").write_text(
+                json.dumps(run))
+    online_report.main(["--runs", str(tmp_path), "--out", str(tmp_path / "r"), "--name", "s"])
+    rows = json.loads((tmp_path / "r" / "s.json").read_text())["rows"]
+    assert [(r["stream_interval"], r["gpu"]) for r in rows] == [(1, "GPU-X"), (16, "GPU-X")]
+    for r in rows:
+        assert r["platform_vs_stock"] == pytest.approx(2.0)
+        assert r["haproxy_vs_stock"] == pytest.approx(4.0)
+        assert r["haproxy_vs_granikv"] == pytest.approx(1.0)
+    md = (tmp_path / "r" / "s.md").read_text()
+    assert "| W1-online | closed | 16 |" in md and "| 2.00x / 4.00x | 0.50x / 1.00x |" in md
