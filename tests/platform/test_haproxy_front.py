@@ -65,7 +65,10 @@ def haproxy_app() -> Iterator[tuple[str, psutil.Process]]:
                 "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
                 "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
                 "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
-                "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"})
+                "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+                # vLLM's CPU build binds each engine's worker to the first core, where the
+                # session app's two workers poll: unbound, this one gets the other core.
+                "VLLM_CPU_OMP_THREADS_BIND": "nobind"})
     proc = subprocess.Popen([sys.executable, "-c", SERVE, json.dumps(args), str(port)],
                             cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
