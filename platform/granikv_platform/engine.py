@@ -63,6 +63,7 @@ logger = logging.getLogger("ray.serve")
 
 # Response header of a team chat: whether its prompt starts with the team's HOT prefix.
 PREFIX_HEADER = "x-granikv-prefix"
+DISPATCH_KEYS = ("dispatch", "dispatch_ranks_agree")  # the workers' part of the stats
 
 class EngineHost:
     """Start with ``await EngineHost.start(engine_args)``; ``shutdown()`` stops it."""
@@ -79,6 +80,7 @@ class EngineHost:
         self._placeholder: tuple[int, ...] | None = None
         # context prefix id -> its content tokens (None: not in the frame), cut once
         self._contents: dict[str, tuple[int, ...] | None] = {}
+        self._dispatch: dict[str, Any] = {}  # the workers' counters, as last asked
 
     @classmethod
     async def start(cls, engine_args: dict[str, Any], vllm_config: Any = None,
@@ -252,9 +254,15 @@ class EngineHost:
         self.calls.count_engine()
         return await acontrol(self.llm, op, **args)
 
-    async def stats(self) -> dict[str, Any]:
-        return {"granikv": await acontrol(self.llm, "stats"),
-                "frontend": self.throughput.snapshot()}
+    async def stats(self, workers: bool = True) -> dict[str, Any]:
+        """``workers``: ask the workers for their dispatcher counters too; without, the
+        last ones asked are given (see ``engine_hooks.granikv_control``)."""
+        engine = await acontrol(self.llm, "stats", workers=workers)
+        if workers:
+            self._dispatch = {k: engine[k] for k in DISPATCH_KEYS if k in engine}
+        else:
+            engine.update(self._dispatch)
+        return {"granikv": engine, "frontend": self.throughput.snapshot()}
 
 
 def _failed(kind: str, e: Exception) -> ErrorResponse:

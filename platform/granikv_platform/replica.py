@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -64,6 +65,7 @@ from granikv_platform.sync import PrefixSync
 from granikv_platform.warm_up import warm_up
 
 logger = logging.getLogger("ray.serve")
+DISPATCH_EVERY_S = 10.0  # how often a report asks the workers for their counters
 
 class LLMReplica(ReplicaHttp):
     async def __init__(self, config: dict[str, Any],  # type: ignore[misc]
@@ -88,6 +90,7 @@ class LLMReplica(ReplicaHttp):
             self.sync = PrefixSync(self.engine, self.hub)
             self.inflight = 0
             self.usage = TeamUsage()
+            self._dispatch_at = -DISPATCH_EVERY_S  # when the workers' counters were asked
             await self._seed_team_contexts()
             await self.sync.reconcile(force=True)
             self.warmup = await warm_up(self.engine, self.cfg.model.model_id, self.replica_id)
@@ -310,7 +313,8 @@ class LLMReplica(ReplicaHttp):
         finally:
             self._shutdown_engine()  # the front end's sockets and shared memory
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self, workers: bool = True) -> dict[str, Any]:
+        """``workers``: the workers' dispatcher counters asked now (else the last)."""
         records = await self.engine.list_prefixes()
         pinned = sum(1 for r in records if r["pinned"])
         # Per prefix: which team's HOT prefix served how many requests on this replica.
@@ -329,7 +333,7 @@ class LLMReplica(ReplicaHttp):
                                  "context_spliced": self.engine.splices.spliced,
                                  "context_variants": self.engine.splices.variants,
                                  "context_rendered": self.engine.splices.rendered},
-                **await self.engine.stats()}
+                **await self.engine.stats(workers)}
 
     async def __del__(self) -> None:
         """Also runs after a failed ``__init__``: only what was made is undone."""
@@ -388,4 +392,10 @@ class LLMReplica(ReplicaHttp):
                 logger.exception("GraniKV replica %s: sync failed", self.replica_id)
 
     async def _report(self) -> None:
-        await self.hub.report(self.replica_id, await self.stats())
+        """Every ``sync_period_s``; the workers' counters every ``DISPATCH_EVERY_S`` (a
+        call to the workers keeps their idle pollers busy for a second)."""
+        now = time.monotonic()
+        workers = now - self._dispatch_at >= DISPATCH_EVERY_S
+        if workers:
+            self._dispatch_at = now
+        await self.hub.report(self.replica_id, await self.stats(workers))

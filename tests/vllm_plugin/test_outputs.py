@@ -48,6 +48,10 @@ def test_several_teams_prefill_decode_and_plain_requests_in_one_batch(
     assert sum(dispatch["step_kinds"].values()) == dispatch["steps"]
     assert any(k.startswith("mixed/") for k in dispatch["step_kinds"])
     assert any(k.startswith("decode/") for k in dispatch["step_kinds"])
+    # without the workers (a replica's frequent reports): the engine core's part alone
+    core_only = control(gk_llm, "stats", workers=False)
+    assert "dispatch" not in core_only and "dispatch_ranks_agree" not in core_only
+    assert core_only["hits"] == control(gk_llm, "stats")["hits"]
 
 
 def test_prompt_match_binds_without_an_id(stock_llm: Any, gk_llm: Any) -> None:

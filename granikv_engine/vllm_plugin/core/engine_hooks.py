@@ -54,12 +54,18 @@ def install() -> None:
 
 
 def granikv_control(self: Any, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``stats`` with ``workers: False`` leaves out the workers' dispatcher counters: a
+    call to every worker wakes its message-queue reader, which then polls a core for a
+    second (vLLM's ``busy_loop_s``), so a caller that asks every second keeps the
+    workers of an idle engine busy."""
     control = getattr(self.scheduler, "control", None)
     if control is None:
         return error_dict(RuntimeError("GraniKV is not enabled on this engine "
                                        "(additional_config.granikv.enabled)"))
-    out = control.handle(op, dict(args or {}))
-    if op == "stats" and "error" not in out:
+    args = dict(args or {})
+    workers = bool(args.pop("workers", True))
+    out = control.handle(op, args)
+    if op == "stats" and workers and "error" not in out:
         ranks = self.model_executor.collective_rpc("granikv_dispatch_stats")
         out["dispatch"] = ranks[0] if ranks else {}
         out["dispatch_ranks_agree"] = all(r == ranks[0] for r in ranks)
