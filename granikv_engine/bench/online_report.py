@@ -130,6 +130,19 @@ def table(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                      f"{tok('stock')} | {tok('granikv')} | {tok('platform')} / "
                      f"{tok('platform-haproxy')} | {both} | {both_gk} | {ttft} | {itl} | "
                      f"{errs} |")
+    lines += ["", "Latency as the client saw it, per side (stock / GraniKV / platform behind "
+              "the proxy / behind HAProxy): TTFT p50 and p99 (s), TPOT p50 and p99 (ms).", "",
+              "| workload | load | stream interval | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 |",
+              "|---|---|---|---|---|---|---|"]
+    for r in summary["rows"]:
+        load_ = "closed" if r["mode"] == "closed" else f"Poisson {r['rate']:g}/s"
+
+        def each(key: str, scale: float, fmt: str, r: dict[str, Any] = r) -> str:
+            return " / ".join(_f(None if r[key][s] is None else scale * r[key][s], fmt)
+                              for s in SIDES)
+        lines.append(f"| {r['workload']} | {load_} | {_f(r.get('stream_interval'), 'd')} | "
+                     f"{each('ttft_p50_s', 1, '.2f')} | {each('ttft_p99_s', 1, '.2f')} | "
+                     f"{each('tpot_p50_s', 1e3, '.1f')} | {each('tpot_p99_s', 1e3, '.1f')} |")
     for t in summary.get("team_runs", []):
         lines += ["", f"Agent team run through the platform: {t['status']}, {t['turns']} turns "
                   f"of {t['agents']} agents in {t['wall_s']:.1f} s, HOT hits "
@@ -158,7 +171,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     for ax, title in ((a, "output tokens/s"), (b, "TTFT p50 (s)")):
         ax.set_xticks(range(len(rs)), labels)
         ax.set_title(title)
-        ax.legend()
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)  # room for the legend above the bars
+        ax.legend(ncol=len(SIDES), fontsize=8, loc="upper center")
     fig.suptitle(f"Online, {summary['gpu']}, {summary['date']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

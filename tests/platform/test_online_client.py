@@ -170,3 +170,7 @@ def test_report_rows_by_stream_interval_with_both_fronts(tmp_path: Path) -> None
         assert r["haproxy_vs_granikv"] == pytest.approx(1.0)
     md = (tmp_path / "r" / "s.md").read_text()
     assert "| W1-online | closed | 16 |" in md and "| 2.00x / 4.00x | 0.50x / 1.00x |" in md
+    # the latency table: TTFT p50, p99 (s), TPOT p50, p99 (ms) per side, stock first
+    tpot = " / ".join(f"{1e3 * (d - 0.5) / 3:.1f}" for d in (4.0, 1.0, 2.0, 1.0))
+    assert f"| W1-online | closed | 1 | {' / '.join(['0.50'] * 4)} | " in md
+    assert f"| {tpot} | {tpot} |" in md
