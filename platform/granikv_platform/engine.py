@@ -13,6 +13,8 @@ or ``ErrorItem``.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -81,6 +83,7 @@ class EngineHost:
         # context prefix id -> its content tokens (None: not in the frame), cut once
         self._contents: dict[str, tuple[int, ...] | None] = {}
         self._dispatch: dict[str, Any] = {}  # the workers' counters, as last asked
+        self._dispatch_at = -math.inf  # when (time.monotonic)
 
     @classmethod
     async def start(cls, engine_args: dict[str, Any], vllm_config: Any = None,
@@ -254,12 +257,16 @@ class EngineHost:
         self.calls.count_engine()
         return await acontrol(self.llm, op, **args)
 
-    async def stats(self, workers: bool = True) -> dict[str, Any]:
-        """``workers``: ask the workers for their dispatcher counters too; without, the
-        last ones asked are given (see ``engine_hooks.granikv_control``)."""
+    async def stats(self, dispatch_max_age_s: float = 0.0) -> dict[str, Any]:
+        """The workers' dispatcher counters are asked again only when the last ones are
+        older than ``dispatch_max_age_s``: each call to the workers keeps an idle
+        worker's message-queue poller busy for a second (``engine_hooks.granikv_control``)."""
+        now = time.monotonic()
+        workers = now - self._dispatch_at >= dispatch_max_age_s
         engine = await acontrol(self.llm, "stats", workers=workers)
         if workers:
             self._dispatch = {k: engine[k] for k in DISPATCH_KEYS if k in engine}
+            self._dispatch_at = now
         else:
             engine.update(self._dispatch)
         return {"granikv": engine, "frontend": self.throughput.snapshot()}

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -90,7 +89,6 @@ class LLMReplica(ReplicaHttp):
             self.sync = PrefixSync(self.engine, self.hub)
             self.inflight = 0
             self.usage = TeamUsage()
-            self._dispatch_at = -DISPATCH_EVERY_S  # when the workers' counters were asked
             await self._seed_team_contexts()
             await self.sync.reconcile(force=True)
             self.warmup = await warm_up(self.engine, self.cfg.model.model_id, self.replica_id)
@@ -313,8 +311,8 @@ class LLMReplica(ReplicaHttp):
         finally:
             self._shutdown_engine()  # the front end's sockets and shared memory
 
-    async def stats(self, workers: bool = True) -> dict[str, Any]:
-        """``workers``: the workers' dispatcher counters asked now (else the last)."""
+    async def stats(self) -> dict[str, Any]:
+        """The workers' dispatcher counters are at most ``DISPATCH_EVERY_S`` old."""
         records = await self.engine.list_prefixes()
         pinned = sum(1 for r in records if r["pinned"])
         # Per prefix: which team's HOT prefix served how many requests on this replica.
@@ -333,7 +331,7 @@ class LLMReplica(ReplicaHttp):
                                  "context_spliced": self.engine.splices.spliced,
                                  "context_variants": self.engine.splices.variants,
                                  "context_rendered": self.engine.splices.rendered},
-                **await self.engine.stats(workers)}
+                **await self.engine.stats(DISPATCH_EVERY_S)}
 
     async def __del__(self) -> None:
         """Also runs after a failed ``__init__``: only what was made is undone."""
@@ -392,10 +390,4 @@ class LLMReplica(ReplicaHttp):
                 logger.exception("GraniKV replica %s: sync failed", self.replica_id)
 
     async def _report(self) -> None:
-        """Every ``sync_period_s``; the workers' counters every ``DISPATCH_EVERY_S`` (a
-        call to the workers keeps their idle pollers busy for a second)."""
-        now = time.monotonic()
-        workers = now - self._dispatch_at >= DISPATCH_EVERY_S
-        if workers:
-            self._dispatch_at = now
-        await self.hub.report(self.replica_id, await self.stats(workers))
+        await self.hub.report(self.replica_id, await self.stats())
