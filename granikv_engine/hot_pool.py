@@ -156,6 +156,12 @@ class HotPool:
         e.doomed = True
         return False
 
+    def rename(self, key: Hashable, new_key: Hashable) -> None:
+        """Move ``key``'s entry (range, pins, references) to ``new_key``."""
+        if new_key in self._entries:
+            raise KeyError(f"{new_key!r} already holds {self._entries[new_key].range}")
+        self._entries[new_key] = self._entries.pop(key)
+
     def evict(self, key: Hashable) -> None:
         e = self._entry(key)
         if not e.evictable:

@@ -4,6 +4,13 @@ A registered prefix is READY once its K/V sits in the HOT pool, FILLING while th
 registering request's prefill writes it, and COLD when it did not fit (requests naming it
 are then served from ordinary paged storage). The registry owns the HOT pool's keys: a
 prefix's HOT entry is keyed by its id.
+
+Registering an id again with other tokens *replaces* it: the id names the new tokens
+from then on (placed and filled like any registration), while the old record is
+*retired*: its HOT entry moves to a key of its own, the requests reading it finish on it,
+and its slots are released with its last reader. Readers and fills therefore hold the
+record they started with (``acquire`` returns it; ``release``, ``mark_ready`` and
+``abort_fill`` take it), never just the id.
 """
 
 from __future__ import annotations
@@ -64,14 +71,27 @@ class PrefixRecord:
     pinned: bool = False
     doomed: bool = False  # unregistered while in use: dropped on its last release
     hits: int = 0
+    # The HOT pool's key for this record: its id, or a key of its own once retired.
+    key: object = None
     # The engine's hashes of the prefix's blocks, recorded when it filled (None: not
     # filled yet, or the engine does not hash); what a prompt that starts with the
     # prefix hashes to, so prefix-cache lookups of such prompts find its blocks.
     block_hashes: tuple[bytes, ...] | None = None
 
+    def __post_init__(self) -> None:
+        if self.key is None:
+            self.key = self.prefix_id
+
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+    @property
+    def retired(self) -> bool:
+        return self.key != self.prefix_id
+
+
+Ref = str | PrefixRecord  # a prefix id (its current record) or a record itself
 
 
 class PrefixRegistry:
@@ -81,7 +101,9 @@ class PrefixRegistry:
         self.pool = pool
         self.compact = compact  # compact a fragmented arena instead of falling back to COLD
         self._records: dict[str, PrefixRecord] = {}
+        self._retired: dict[object, PrefixRecord] = {}  # replaced, still read: by key
         self.evictions = 0
+        self.replacements = 0
         self.cold_registrations = 0
         self.compactions = 0
         self._moves: list[Move] = []  # K/V copies the engine still has to apply
@@ -92,7 +114,8 @@ class PrefixRegistry:
     # ---- registration -------------------------------------------------------------
     def register(self, team: str, tokens: Sequence[int], prefix_id: str | None = None,
                  *, pin: bool = True) -> PrefixRecord:
-        """Idempotent: the same team and tokens return the existing record."""
+        """Idempotent: the same team and tokens return the existing record. The same id
+        with other tokens (or one being removed) replaces it (see the module's doc)."""
         if not team:
             raise PrefixError("team must be a non-empty string")
         if len(tokens) == 0:
@@ -109,26 +132,27 @@ class PrefixRegistry:
         self.version += 1
         return rec
 
-    def mark_ready(self, prefix_id: str) -> PrefixRecord | None:
+    def mark_ready(self, ref: Ref) -> PrefixRecord | None:
         """The registering request's prefill wrote the whole prefix. Returns the record,
-        or None when it was unregistered meanwhile (its slots are then released)."""
-        rec = self._records.get(prefix_id)
+        or None when it was unregistered or replaced meanwhile (its slots are then
+        released)."""
+        rec = self._resolve(ref)
         if rec is None or rec.state is not PrefixState.FILLING:
             return rec
         if not rec.doomed:
             rec.state = PrefixState.READY
         self.version += 1
-        self.release(prefix_id)  # the fill's own reference; reaps a doomed record
+        self.release(rec)  # the fill's own reference; reaps a doomed record
         return None if rec.doomed else rec
 
-    def abort_fill(self, prefix_id: str) -> None:
+    def abort_fill(self, ref: Ref) -> None:
         """The registering request died before its prefill finished: give the slots back."""
-        rec = self._records.get(prefix_id)
+        rec = self._resolve(ref)
         if rec is None or rec.state is not PrefixState.FILLING:
             return
         doomed = rec.doomed
         self.version += 1
-        self.release(prefix_id)  # the fill's own reference
+        self.release(rec)  # the fill's own reference
         if not doomed:
             self._drop_hot(rec)
 
@@ -141,17 +165,9 @@ class PrefixRegistry:
         requests still read them (released on the last ``release``)."""
         rec = self.get(prefix_id, team)
         self.version += 1
-        if rec.hot is None:
-            del self._records[prefix_id]
-            return True
-        if rec.pinned:
-            rec.pinned = False
-            self.pool.unpin(prefix_id)
-        freed = self.pool.free(prefix_id)
+        freed = self._retire(rec)
         if freed:
             del self._records[prefix_id]
-        else:
-            rec.doomed = True
         return freed
 
     # ---- lookup -------------------------------------------------------------------
@@ -200,22 +216,24 @@ class PrefixRegistry:
         return rec
 
     def acquire(self, prefix_id: str) -> SlotRange | None:
-        """A request starts reading the prefix. None when it is not in the HOT pool."""
+        """A request starts reading the prefix. None when it is not in the HOT pool.
+        The reader releases the record it read (``get`` before, or ``peek``), which
+        stays valid if the id is replaced meanwhile."""
         rec = self._get(prefix_id)
         rec.hits += 1
         if rec.state is not PrefixState.READY or rec.hot is None:
             return None
-        return self.pool.acquire(prefix_id)
+        return self.pool.acquire(rec.key)
 
-    def release(self, prefix_id: str) -> None:
-        rec = self._records.get(prefix_id)
-        if rec is None or prefix_id not in self.pool:
+    def release(self, ref: Ref) -> None:
+        rec = self._resolve(ref)
+        if rec is None or rec.key not in self.pool:
             return
-        if self.pool.release(prefix_id):
+        if self.pool.release(rec.key):
             self.version += 1
             rec.hot = None
             if rec.doomed:
-                del self._records[prefix_id]
+                self._forget(rec)
 
     # ---- internals ----------------------------------------------------------------
     def _get(self, prefix_id: str) -> PrefixRecord:
@@ -225,15 +243,53 @@ class PrefixRegistry:
                     pin: bool) -> PrefixRecord:
         if rec.team != team:
             raise PrefixAccessDenied(f"prefix id {rec.prefix_id!r} belongs to another team")
-        if rec.tokens != toks:
-            raise PrefixConflict(f"prefix id {rec.prefix_id!r} holds other tokens")
-        if rec.doomed:
-            raise PrefixConflict(f"prefix {rec.prefix_id!r} is being removed; retry later")
+        if rec.tokens != toks or rec.doomed:
+            return self._replace(rec, team, toks, pin)
         if rec.hot is None:
             self._place(rec, pin)
         elif pin:
             self.pin(rec.prefix_id, team)
         return rec
+
+    def _replace(self, old: PrefixRecord, team: str, toks: tuple[int, ...],
+                 pin: bool) -> PrefixRecord:
+        """The id names ``toks`` from now on; ``old`` is retired (module doc)."""
+        self.replacements += 1
+        del self._records[old.prefix_id]
+        if not old.doomed:
+            self._retire(old)
+        if old.hot is not None:  # still read (or filling): under a key of its own
+            key = (old.prefix_id, "retired", self.replacements)
+            self.pool.rename(old.key, key)
+            old.key = key
+            self._retired[key] = old
+        rec = PrefixRecord(old.prefix_id, team, toks, content_hash(toks), PrefixState.COLD)
+        self._records[rec.prefix_id] = rec
+        self._place(rec, pin)
+        return rec
+
+    def _retire(self, rec: PrefixRecord) -> bool:
+        """Unpin ``rec`` and free its slots, now (True) or with its last reader (False:
+        it is then doomed)."""
+        if rec.hot is None:
+            return True
+        if rec.pinned:
+            rec.pinned = False
+            self.pool.unpin(rec.key)
+        if self.pool.free(rec.key):
+            rec.hot, rec.state = None, PrefixState.COLD
+            return True
+        rec.doomed = True
+        return False
+
+    def _resolve(self, ref: Ref) -> PrefixRecord | None:
+        return ref if isinstance(ref, PrefixRecord) else self._records.get(ref)
+
+    def _forget(self, rec: PrefixRecord) -> None:
+        if self._records.get(rec.prefix_id) is rec:
+            del self._records[rec.prefix_id]
+        else:
+            self._retired.pop(rec.key, None)
 
     def take_moves(self) -> builtins.list[Move]:
         """Slot moves from compactions, in order; the engine copies the K/V before the
@@ -262,9 +318,9 @@ class PrefixRegistry:
 
     def _drop_hot(self, rec: PrefixRecord) -> None:
         if rec.pinned and rec.hot is not None:
-            self.pool.unpin(rec.prefix_id)
-        if rec.prefix_id in self.pool:
-            self.pool.free(rec.prefix_id)
+            self.pool.unpin(rec.key)
+        if rec.key in self.pool:
+            self.pool.free(rec.key)
         rec.hot, rec.state = None, PrefixState.COLD
 
     def _on_evicted(self, prefix_id: str) -> None:
@@ -279,7 +335,7 @@ class PrefixRegistry:
         records' ranges."""
         moves = self.pool.compact()
         self.version += 1
-        for rec in self._records.values():
-            if rec.hot is not None and rec.prefix_id in self.pool:
-                rec.hot = self.pool.range_of(rec.prefix_id)
+        for rec in [*self._records.values(), *self._retired.values()]:
+            if rec.hot is not None and rec.key in self.pool:
+                rec.hot = self.pool.range_of(rec.key)
         return moves

@@ -132,6 +132,7 @@ class HitStats(TypedDict):
     hits: int  # requests served from a HOT prefix
     hit_tokens: int  # prompt tokens read from HOT
     cold_fallbacks: int  # named a prefix that was not READY in HOT
+    cold_replaced: int  # of those: the id was registered again with other tokens
 
 
 class EngineStats(TypedDict, total=False):
@@ -146,6 +147,7 @@ class EngineStats(TypedDict, total=False):
     evictions: int
     compactions: int
     cold_registrations: int
+    replacements: int  # ids registered again with other tokens
     seeded_hash_tokens: int
     scheduler: dict[str, float]  # StepStats.snapshot()
     dispatch: DispatchSnapshot

@@ -38,7 +38,7 @@ OTHER_TEAM = "_other"  # the team label of callers that are no configured team
 _NO_HOT: HotStats = {"capacity": 0, "used": 0, "pinned": 0, "referenced": 0, "free": 0,
                      "largest_free_run": 0, "fragmentation": 0.0, "entries": 0}
 _NO_COLD: ColdStats = {"capacity": 0, "free": 0, "used": 0, "usage": 0.0}
-_NO_HITS: HitStats = {"hits": 0, "hit_tokens": 0, "cold_fallbacks": 0}
+_NO_HITS: HitStats = {"hits": 0, "hit_tokens": 0, "cold_fallbacks": 0, "cold_replaced": 0}
 _NO_DISPATCH: DispatchSnapshot = {"steps": 0, "groups": {}, "rows": {}, "regimes": {},
                                   "sources": {}, "plain_rows": 0, "graph_steps": 0,
                                   "graph_cascade_steps": 0, "group_sizes": {},
@@ -91,7 +91,9 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
           hits["hits"])
     f.add("counter", "granikv_prefix_hit_tokens", "Prompt tokens read from HOT.", labels,
           hits["hit_tokens"])
-    for reason, n in (("cold_fallback", hits["cold_fallbacks"]),
+    replaced = hits.get("cold_replaced", 0)
+    for reason, n in (("cold_fallback", hits["cold_fallbacks"] - replaced),
+                      ("replaced", replaced),
                       ("bind_error", events.get("bind_errors", 0)),
                       ("prompt_logprobs", events.get("prefix_reads_skipped", 0))):
         f.add("counter", "granikv_prefix_misses", "Bound requests served without HOT.",
@@ -100,6 +102,8 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
         f.add("counter", f"granikv_{event}", f"Engine events: {event}.", labels,
               events.get(event, 0))
     f.add("counter", "granikv_evictions", "HOT prefixes evicted.", labels, g.get("evictions", 0))
+    f.add("counter", "granikv_prefix_replacements",
+          "Prefix ids registered again with other tokens.", labels, g.get("replacements", 0))
     _dispatch(f, labels, g.get("dispatch") or _NO_DISPATCH)
     f.add("gauge", "granikv_generation_tokens_per_second", "Output tokens/s (10 s window).",
           labels, fe.get("generation_tokens_per_s", 0.0))

@@ -7,6 +7,7 @@ from granikv_engine.prefix_registry import (
     PrefixAccessDenied,
     PrefixConflict,
     PrefixNotFound,
+    PrefixRecord,
     PrefixRegistry,
     PrefixState,
 )
@@ -25,10 +26,60 @@ def test_register_fill_ready_and_idempotent() -> None:
     assert reg.pool.counts("p1") == (1, 0)
     again = reg.register("red", [5, 6, 7], prefix_id="p1")
     assert again is rec and reg.pool.counts("p1") == (1, 0)
-    with pytest.raises(PrefixConflict):
-        reg.register("red", [5, 6, 8], prefix_id="p1")
     with pytest.raises(PrefixAccessDenied):
         reg.register("blue", [5, 6, 7], prefix_id="p1")
+
+
+def test_register_again_with_other_tokens_replaces() -> None:
+    """Nobody reads the old record: its slots go at once, the id names the new tokens."""
+    reg = make(cap=10)
+    old = reg.register("red", [5, 6, 7, 8, 9, 10], prefix_id="p1")
+    reg.mark_ready("p1")
+    new = reg.register("red", [5, 6, 7, 8, 9, 10, 11, 12], prefix_id="p1")  # longer: fits
+    assert new is not old and new.tokens == (5, 6, 7, 8, 9, 10, 11, 12)
+    assert new.state is PrefixState.FILLING and new.hot == SlotRange(1, 8)
+    assert old.hot is None and reg.pool.stats().used == 8 and reg.replacements == 1
+    reg.mark_ready(new)
+    shorter = reg.register("red", [1, 2], prefix_id="p1")
+    assert shorter.hot == SlotRange(1, 2) and reg.get("p1", "red") is shorter
+    assert [r.prefix_id for r in reg.records()] == ["p1"] and len(reg.pool) == 1
+
+
+def test_replaced_record_stays_for_its_readers() -> None:
+    """In-flight readers finish on the old range; new readers get the new one; the old
+    range is freed with its last reader, and nothing else is lost or moved."""
+    reg = make(cap=20)
+    old = reg.register("red", list(range(8)), prefix_id="p")
+    reg.mark_ready("p")
+    assert reg.acquire("p") == SlotRange(1, 8)
+    new = reg.register("red", list(range(100, 110)), prefix_id="p")
+    assert new.hot == SlotRange(9, 10) and old.hot == SlotRange(1, 8) and old.doomed
+    assert reg.get("p", "red") is new and reg.match("red", list(range(9))) is None
+    reg.mark_ready(new)
+    assert reg.acquire("p") == SlotRange(9, 10)
+    reg.compact = True
+    assert reg.apply_compaction() == []  # both read: neither moves
+    reg.release(old)
+    assert old.hot is None and reg.pool.stats().used == 10
+    reg.release(new)
+    assert reg.pool.counts("p") == (1, 0)
+
+
+def test_replacing_a_filling_or_removed_record() -> None:
+    reg = make(cap=20)
+    filling = reg.register("red", list(range(6)), prefix_id="p")  # its fill still runs
+    new = reg.register("red", list(range(50, 56)), prefix_id="p")
+    assert filling.doomed and filling.hot == SlotRange(1, 6) and new.hot == SlotRange(7, 6)
+    assert reg.mark_ready(filling) is None and filling.hot is None  # the old fill ends
+    assert reg.pool.stats().used == 6 and reg.get("p", "red") is new
+    reg.mark_ready("p")
+    reg.acquire("p")
+    assert reg.unregister("p", "red") is False  # being removed, read by one request
+    again = reg.register("red", list(range(50, 56)), prefix_id="p")  # no "retry later"
+    assert again is not new and again.state is PrefixState.FILLING
+    reg.abort_fill(again)
+    reg.release(new)
+    assert reg.pool.stats().used == 0 and reg.get("p", "red").state is PrefixState.COLD
 
 
 def test_default_ids_are_per_team_and_content() -> None:
@@ -115,7 +166,7 @@ def test_abort_fill_returns_slots() -> None:
                           st.integers(0, 5), st.integers(1, 30)), max_size=50))
 def test_registry_never_loses_or_overlaps_slots(ops: list[tuple[str, int, int]]) -> None:
     reg = make(cap=60)
-    held: dict[str, int] = {}  # prefix -> live references taken by "requests"
+    held: dict[str, list[PrefixRecord]] = {}  # prefix -> records read by "requests"
     for op, k, n in ops:
         pid = f"p{k}"
         try:
@@ -126,10 +177,9 @@ def test_registry_never_loses_or_overlaps_slots(ops: list[tuple[str, int, int]])
             elif op == "ready":
                 reg.mark_ready(pid)
             elif op == "acq" and reg.acquire(pid) is not None:
-                held[pid] = held.get(pid, 0) + 1
+                held.setdefault(pid, []).append(reg.get(pid, "t"))
             elif op == "rel" and held.get(pid):
-                reg.release(pid)
-                held[pid] -= 1
+                reg.release(held[pid].pop())
             elif op == "unreg":
                 reg.unregister(pid, "t")
             elif op == "pin":
@@ -146,9 +196,9 @@ def test_registry_never_loses_or_overlaps_slots(ops: list[tuple[str, int, int]])
             assert reg.pool.range_of(r.prefix_id) == r.hot
             assert r.hot.length == r.length  # type: ignore[union-attr]
         # a prefix someone still reads is never evicted from under them
-        for pid, n_held in held.items():
-            if n_held:
-                assert pid in reg.pool
+        for recs in held.values():
+            for rec in recs:
+                assert rec.key in reg.pool and rec.hot == reg.pool.range_of(rec.key)
         assert reg.pool.stats().used == sum(reg.pool.range_of(k).length for k in reg.pool.keys())
 
 

@@ -1,11 +1,12 @@
 """Hypothesis state machines over the prefix registries.
 
 ``PrefixRegistry`` (granikv_engine), driven the way the vLLM plugin drives it:
-registrations of two teams, fills completed or aborted, requests reading READY prefixes
-while they are unpinned or unregistered, compaction moves applied to a simulated K/V
-cache. After every step the pool's keys are exactly the placed prefixes, counts equal
-the model's, content is intact and no team sees another's prefix. Every run ends by
-draining: the arena must then be empty.
+registrations of two teams (an id registered again with other tokens replaces it),
+fills completed or aborted, requests reading READY prefixes while they are unpinned,
+unregistered or replaced, compaction moves applied to a simulated K/V cache. After
+every step the pool's keys are exactly the placed prefixes, counts equal the model's,
+content is intact and no team sees another's prefix. Every run ends by draining: the
+arena must then be empty.
 
 ``RegistryState`` (granikv_platform), cross-team ids: three teams on the same ids
 (``CrossTeamIdsMachine``)."""
@@ -61,7 +62,7 @@ def stream(team: str, variant: int) -> list[int]:
 
 @dataclass
 class Request:
-    prefix_id: str
+    record: PrefixRecord  # what the request read: its release goes to it
     range: SlotRange
     tokens: tuple[int, ...]
 
@@ -79,10 +80,14 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
         self.reg = PrefixRegistry(HotPool(1, self.CAP))
         self.kv: list[int | None] = [None] * (1 + self.CAP)  # slot -> token (fake K/V)
         self.live: list[Request] = []
+        self.retired: list[PrefixRecord] = []  # replaced while read or filling
         count("prefix_registry", "runs")
 
     def _all(self) -> list[PrefixRecord]:
-        return [r for i in range(N_IDS) if (r := self.reg.peek(f"p{i}")) is not None]
+        """The ids' records, then the replaced ones that still hold slots."""
+        self.retired = [r for r in self.retired if r.hot is not None]
+        return [r for i in range(N_IDS) if (r := self.reg.peek(f"p{i}")) is not None
+                ] + self.retired
 
     def _apply_moves(self) -> None:
         moves = self.reg.take_moves()
@@ -90,8 +95,8 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
             self.kv[mv.dst:mv.dst + mv.length] = self.kv[mv.src:mv.src + mv.length]
         count("prefix_registry", "compaction_moves", len(moves))
 
-    def _refs(self, pid: str) -> int:
-        return sum(1 for q in self.live if q.prefix_id == pid)
+    def _refs(self, rec: PrefixRecord | None) -> int:
+        return sum(1 for q in self.live if q.record is rec)
 
     @initialize()
     def start(self) -> None:
@@ -114,21 +119,35 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
         count("prefix_registry", "steps")
         pid, toks = f"p{i}", stream(team, variant)[:n]
         old = self.reg.peek(pid)
-        placed_before = {r.prefix_id: (r.hot, r.pinned, self._refs(r.prefix_id),
-                                       r.state) for r in self._all()}
+        placed_before = [(r, r.hot, r.pinned, self._refs(r), r.state) for r in self._all()]
         largest = self.reg.pool.stats().largest_free_run
-        if old is not None and (old.team != team or old.tokens != tuple(toks) or old.doomed):
-            err = PrefixAccessDenied if old.team != team else PrefixConflict
-            with pytest.raises(err):
+        if old is not None and old.team != team:
+            with pytest.raises(PrefixAccessDenied):
                 self.reg.register(team, toks, prefix_id=pid, pin=pin)
             count("prefix_registry", "refused_registrations")
             return
-        was_hot = old is not None and old.hot is not None
+        replaced = old is not None and (old.tokens != tuple(toks) or old.doomed)
+        old_busy = old is not None and old.hot is not None and (
+            self._refs(old) > 0 or old.state is PrefixState.FILLING)
+        old_hot = old.hot if old is not None else None
+        was_hot = old is not None and not replaced and old.hot is not None
         rec = self.reg.register(team, toks, prefix_id=pid, pin=pin)
         self._apply_moves()  # the engine copies K/V before the next forward pass
         assert rec.prefix_id == pid and rec.team == team and rec.tokens == tuple(toks)
-        if old is not None:
+        assert self.reg.get(pid, team) is rec
+        if old is not None and not replaced:
             assert rec is old
+        if replaced:
+            assert old is not None and rec is not old
+            if old_busy:  # its readers (or its fill) finish on its range
+                assert old.doomed and old.hot == old_hot and old.key in self.reg.pool
+                assert self.reg.pool.counts(old.key)[0] == 0
+                self.retired.append(old)
+                count("prefix_registry", "replaced_in_use")
+            else:
+                assert old.hot is None and old.state is PrefixState.COLD
+                assert (pid in self.reg.pool) == (rec.hot is not None)
+                count("prefix_registry", "replaced")
         if not was_hot:
             if n <= largest:
                 assert rec.state is PrefixState.FILLING, "a free run fitted, yet COLD"
@@ -139,30 +158,37 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
             else:
                 assert rec.hot is None and rec.state is PrefixState.COLD
                 count("prefix_registry", "cold_registrations")
-        for other, (hot, pinned, refs, state) in placed_before.items():
-            now = self.reg.peek(other)
-            if hot is not None and (now is None or now.hot is None) and other != pid:
+        for other, hot, pinned, refs, state in placed_before:
+            if hot is not None and other.hot is None and other is not old:
                 # evicted by this registration: only an unpinned prefix nobody reads
                 assert not pinned and refs == 0 and state is PrefixState.READY, other
-                assert now is not None and now.state is PrefixState.COLD
+                assert other.state is PrefixState.COLD and self.reg.peek(other.prefix_id)
                 count("prefix_registry", "evictions")
 
     def _pick(self, k: int, state: PrefixState | None) -> str:
         """Mostly an id in ``state`` (so that rules act on live prefixes), else any."""
-        ids = sorted(r.prefix_id for r in self._all() if state is None or r.state is state)
+        ids = sorted(r.prefix_id for r in self._all()
+                     if (state is None or r.state is state) and not r.retired)
         return ids[k % len(ids)] if ids and k < 3 * N_IDS else f"p{k % N_IDS}"
+
+    def _pick_fill(self, k: int) -> PrefixRecord | str:
+        """A filling record (a replaced one too: its fill still runs), mostly; else an
+        id, which may name no fill."""
+        fills = [r for r in self._all() if r.state is PrefixState.FILLING]
+        return fills[k % len(fills)] if fills and k < 3 * N_IDS else f"p{k % N_IDS}"
 
     @rule(k=st.integers(0, 4 * N_IDS - 1))
     def fill_done(self, k: int) -> None:
         count("prefix_registry", "steps")
-        pid = self._pick(k, PrefixState.FILLING)
-        before = self.reg.peek(pid)
-        out = self.reg.mark_ready(pid)
+        ref = self._pick_fill(k)
+        before = ref if isinstance(ref, PrefixRecord) else self.reg.peek(ref)
+        out = self.reg.mark_ready(ref)
         if before is None or before.state is not PrefixState.FILLING:
             assert out is before
             return
-        if before.doomed:  # unregistered during its fill: gone now
-            assert out is None and self.reg.peek(pid) is None and pid not in self.reg.pool
+        if before.doomed:  # unregistered or replaced during its fill: gone now
+            assert out is None and before.key not in self.reg.pool
+            assert self.reg.peek(before.prefix_id) is not before
             count("prefix_registry", "deferred_frees")
         else:
             assert out is before and before.state is PrefixState.READY
@@ -170,18 +196,17 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
     @rule(k=st.integers(0, 4 * N_IDS - 1))
     def fill_aborted(self, k: int) -> None:
         count("prefix_registry", "steps")
-        pid = self._pick(k, PrefixState.FILLING)
-        before = self.reg.peek(pid)
+        ref = self._pick_fill(k)
+        before = ref if isinstance(ref, PrefixRecord) else self.reg.peek(ref)
         was = before is not None and before.state is PrefixState.FILLING
         doomed = before is not None and before.doomed
-        self.reg.abort_fill(pid)
+        self.reg.abort_fill(ref)
         if was:
-            assert pid not in self.reg.pool
+            assert before is not None and before.key not in self.reg.pool
             if doomed:
-                assert self.reg.peek(pid) is None
+                assert self.reg.peek(before.prefix_id) is not before
             else:
-                assert before is not None and before.state is PrefixState.COLD
-                assert before.hot is None
+                assert before.state is PrefixState.COLD and before.hot is None
 
     @rule(target=requests, k=st.integers(0, 4 * N_IDS - 1))
     def start_request(self, k: int) -> Any:
@@ -198,7 +223,7 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
         hot = self.reg.acquire(pid)
         assert hot is not None and hot == rec.hot
         assert self.kv[hot.start:hot.end] == list(rec.tokens), "a hit reads wrong K/V"
-        q = Request(pid, hot, rec.tokens)
+        q = Request(rec, hot, rec.tokens)
         self.live.append(q)
         count("prefix_registry", "requests")
         return q
@@ -226,13 +251,14 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
         if q is None:
             return
         assert self.kv[q.range.start:q.range.end] == list(q.tokens), "read corrupted K/V"
-        rec = self.reg.peek(q.prefix_id)
-        assert rec is not None and rec.hot == q.range, "moved under a reader"
+        rec = q.record
+        assert rec.hot == q.range, "moved under a reader"
         self.live.remove(q)
-        last = rec.doomed and self._refs(q.prefix_id) == 0
-        self.reg.release(q.prefix_id)
+        last = rec.doomed and self._refs(rec) == 0
+        self.reg.release(rec)
         if last:
-            assert self.reg.peek(q.prefix_id) is None and q.prefix_id not in self.reg.pool
+            assert self.reg.peek(rec.prefix_id) is not rec and rec.key not in self.reg.pool
+            assert rec.hot is None
             count("prefix_registry", "deferred_frees")
 
     @rule(k=st.integers(0, 4 * N_IDS - 1), cross=st.integers(0, 4))
@@ -252,7 +278,7 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
                 self.reg.unregister(pid, team)
             count("prefix_registry", "cross_team_refusals")
             return
-        busy = self._refs(pid) > 0 or rec.state is PrefixState.FILLING
+        busy = self._refs(rec) > 0 or rec.state is PrefixState.FILLING
         assert self.reg.unregister(pid, team) is (not busy)
         with pytest.raises(PrefixNotFound):
             self.reg.get(pid, team)
@@ -280,7 +306,7 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
             count("prefix_registry", "cross_team_refusals")
         else:
             assert call(pid, team).pinned is on
-            if not on and self._refs(pid):
+            if not on and self._refs(rec):
                 count("prefix_registry", "unpinned_in_use")
 
     @rule()
@@ -293,7 +319,7 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
     @invariant()
     def consistent(self) -> None:
         recs = self._all()
-        placed = {r.prefix_id: r for r in recs if r.hot is not None}
+        placed = {r.key: r for r in recs if r.hot is not None}
         assert set(self.reg.pool.keys()) == set(placed), "a slot range nobody owns"
         spans = sorted(r.hot for r in placed.values() if r.hot is not None)
         for a, b in zip(spans, spans[1:]):
@@ -302,13 +328,13 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
             fill = r.state is PrefixState.FILLING
             assert (r.hot is not None) == (r.state is not PrefixState.COLD), r
             if r.doomed:
-                assert self._refs(r.prefix_id) + fill > 0, "a doomed prefix nobody holds"
+                assert self._refs(r) + fill > 0, "a doomed prefix nobody holds"
             if r.hot is None:
                 continue
-            assert self.reg.pool.range_of(r.prefix_id) == r.hot
+            assert self.reg.pool.range_of(r.key) == r.hot
             assert r.hot.length == r.length
             pins = 1 if r.pinned and not r.doomed else 0
-            assert self.reg.pool.counts(r.prefix_id) == (pins, self._refs(r.prefix_id) + fill)
+            assert self.reg.pool.counts(r.key) == (pins, self._refs(r) + fill)
             assert self.kv[r.hot.start:r.hot.end] == list(r.tokens), f"{r.prefix_id}: K/V"
             other = "blue" if r.team == "red" else "red"
             if not r.doomed:
@@ -316,16 +342,15 @@ class PrefixRegistryMachine(RuleBasedStateMachine):
                     self.reg.get(r.prefix_id, other)
                 assert r not in self.reg.records(other)
         for q in self.live:
-            rec = self.reg.peek(q.prefix_id)
-            assert rec is not None and rec.hot == q.range
+            assert q.record.hot == q.range
 
     def teardown(self) -> None:
         for q in list(self.live):
-            self.reg.release(q.prefix_id)
+            self.reg.release(q.record)
         self.live.clear()
         for r in self._all():
             if r.state is PrefixState.FILLING:
-                self.reg.mark_ready(r.prefix_id)
+                self.reg.mark_ready(r)
         for r in self._all():
             self.reg.unregister(r.prefix_id, r.team)
         s = self.reg.pool.stats()

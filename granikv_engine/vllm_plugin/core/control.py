@@ -74,6 +74,7 @@ class Control:
             "evictions": s.registry.evictions,
             "compactions": s.registry.compactions,
             "cold_registrations": s.registry.cold_registrations,
+            "replacements": s.registry.replacements,
             "seeded_hash_tokens": s.hasher.seeded_tokens if s.hasher else 0,
             "scheduler": s.step_stats.snapshot(),
         }

@@ -27,7 +27,8 @@ from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
 from vllm.v1.request import Request
 
 from granikv_engine.hot_pool import SlotRange
-from granikv_engine.prefix_registry import PrefixRegistry, PrefixState
+from granikv_engine.prefix_registry import PrefixRecord, PrefixRegistry, PrefixState
+from granikv_engine.vllm_plugin.core.binding import starts_with
 from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED, allocate_running, plain_manager
 
 logger = init_logger(__name__)
@@ -57,11 +58,12 @@ class Intent:
 
     prefix_id: str
     fill: bool  # True: registration; False: a hit on a READY prefix
+    record: PrefixRecord  # the record it was bound to (its id may name another later)
 
 
 @dataclass
 class Held:
-    prefix_id: str
+    record: PrefixRecord  # the record read (or filled): released to it, even if replaced
     start: int  # first HOT slot
     hot_len: int  # leading HOT blocks of the request's block list
     fill: bool
@@ -72,6 +74,7 @@ class HotCounters:
     hits: int = 0
     hit_tokens: int = 0
     cold_fallbacks: int = 0  # named a prefix that was not READY in HOT
+    cold_replaced: int = 0  # of those: its id was registered again with other tokens
 
 
 class GraniKVCacheManager(KVCacheManager):
@@ -150,24 +153,31 @@ class GraniKVCacheManager(KVCacheManager):
         return KVCacheBlocks((run,)), held.hot_len + n_extra, 0
 
     def _take(self, request: Request, intent: Intent) -> Held | None:
-        """Take the HOT reference for a request, once per (re)admission."""
-        try:
-            rec = self.registry.get(intent.prefix_id, None)
-        except KeyError:
-            return None
+        """Take the HOT reference for a request, once per (re)admission. A fill writes
+        the record it registered, unless that was replaced or unregistered since; a hit
+        reads what its id names now, if its prompt starts with those tokens (the id may
+        have been registered again with other tokens since the request arrived)."""
         if intent.fill:
-            if rec.state is not PrefixState.FILLING or rec.hot is None:
+            rec = intent.record
+            if rec.state is not PrefixState.FILLING or rec.hot is None or rec.doomed:
                 return None
-            held = Held(rec.prefix_id, rec.hot.start, rec.length, True)
+            held = Held(rec, rec.hot.start, rec.length, True)
         else:
+            try:
+                rec = self.registry.get(intent.prefix_id, None)
+            except KeyError:
+                return None
+            if rec is not intent.record and not starts_with(request.prompt_token_ids or (),
+                                                            rec.tokens):
+                self.hot_counters.cold_replaced += 1
+                return None
             if rec.state is not PrefixState.READY:
                 return None
             hot = self.registry.acquire(rec.prefix_id)
             if hot is None:
                 return None
             # At least one prompt token must be computed to produce logits.
-            held = Held(rec.prefix_id, hot.start, min(rec.length, request.num_tokens - 1),
-                        False)
+            held = Held(rec, hot.start, min(rec.length, request.num_tokens - 1), False)
         self.held[request.request_id] = held
         return held
 
@@ -197,7 +207,7 @@ class GraniKVCacheManager(KVCacheManager):
         if blocks and blocks[0].block_id == held.start:
             blocks = blocks[held.hot_len:]
         if not held.fill:
-            self.registry.release(held.prefix_id)
+            self.registry.release(held.record)
         return blocks
 
     def estimate_cached_tokens(self, request: Request) -> int:

@@ -17,7 +17,12 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from granikv_engine.hot_pool import HotPool
-from granikv_engine.prefix_registry import PrefixError, PrefixRegistry, PrefixState
+from granikv_engine.prefix_registry import (
+    PrefixError,
+    PrefixRecord,
+    PrefixRegistry,
+    PrefixState,
+)
 from granikv_engine.vllm_plugin.core.binding import Binding, decide
 from granikv_engine.vllm_plugin.core.control import Control
 from granikv_engine.vllm_plugin.core.engine_hooks import offer_scheduler
@@ -53,7 +58,7 @@ class GraniKVSchedulerMixin:
                                              cfg.fast_alloc)
         self.hasher: SeededBlockHasher | None = None
         self._seeds_version = -1  # registry version the hasher's seed table reflects
-        self._filling: dict[str, str] = {}  # request id -> prefix id it fills
+        self._filling: dict[str, PrefixRecord] = {}  # request id -> the record it fills
         self.granikv_events: dict[str, int] = {"registrations": 0, "fills_done": 0,
                                           "fills_aborted": 0, "bind_errors": 0,
                                           "bound_requests": 0, "prefix_reads_skipped": 0}
@@ -123,7 +128,7 @@ class GraniKVSchedulerMixin:
             # Not READY yet (filling, or COLD): bound now, served from HOT if it is READY
             # when first scheduled, else by the stock path.
             assert binding.prefix_id is not None
-            return Intent(binding.prefix_id, fill=False)
+            return Intent(binding.prefix_id, False, self.registry.get(binding.prefix_id, None))
         except (PrefixError, ValueError) as e:
             self.granikv_events["bind_errors"] += 1
             logger.warning("GraniKV: request %s served without HOT binding: %s",
@@ -134,28 +139,28 @@ class GraniKVSchedulerMixin:
                    prompt: list[int]) -> Intent | None:
         rec = self.registry.register(binding.team, prompt, binding.prefix_id, pin=pin)
         self.granikv_events["registrations"] += 1
-        self._publish_seeds()  # registering may have evicted others
-        if rec.state is PrefixState.FILLING and rec.prefix_id not in self._filling.values():
-            self._filling[request.request_id] = rec.prefix_id
-            return Intent(rec.prefix_id, fill=True)
+        self._publish_seeds()  # registering may have evicted or replaced others
+        if rec.state is PrefixState.FILLING and all(r is not rec
+                                                    for r in self._filling.values()):
+            self._filling[request.request_id] = rec
+            return Intent(rec.prefix_id, True, rec)
         if rec.state is PrefixState.READY:  # already there: an ordinary hit
-            return Intent(rec.prefix_id, fill=False)
+            return Intent(rec.prefix_id, False, rec)
         return None  # did not fit the arena, or another request is filling it
 
     # ---- completion -----------------------------------------------------------------
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         out = super()._free_request(request, delay_free_blocks)  # type: ignore[misc]
         rid = request.request_id
-        pid = self._filling.pop(rid, None)
-        rec = self.registry.peek(pid) if pid is not None else None
-        if pid is not None and rec is not None:
+        rec = self._filling.pop(rid, None)
+        if rec is not None:
             if request.status in _DONE and request.num_computed_tokens >= rec.length:
                 if _plain_hashing(request) and len(request.block_hashes) >= rec.length:
                     rec.block_hashes = tuple(request.block_hashes[:rec.length])
-                self.registry.mark_ready(pid)
+                self.registry.mark_ready(rec)
                 self.granikv_events["fills_done"] += 1
             else:
-                self.registry.abort_fill(pid)
+                self.registry.abort_fill(rec)
                 self.granikv_events["fills_aborted"] += 1
             self._publish_seeds()
         self.kv.forget(rid)
