@@ -34,6 +34,10 @@ class GraniKVConfig:
     # vllm_plugin/core/fast_alloc.py (False: vLLM's generic allocate_slots every time)
     fast_alloc: bool = True
     prompt_match: bool = True  # bind prompts that start with a prefix of their team
+    # COLD prefix caching hashes and looks up per this many tokens (stock vLLM's block
+    # size) and allocates per token; 1: a hash per token, as vLLM does at block size 1.
+    # KV-cache events and KV connectors read per-block hashes: with either, it is 1.
+    hash_chunk: int = 16
     default_team: str = "default"
 
     def __post_init__(self) -> None:
@@ -48,6 +52,8 @@ class GraniKVConfig:
                              "granikv.cascade_graph_groups >= 1")
         if self.min_hot_len < 1:
             raise ValueError("granikv.min_hot_len must be >= 1")
+        if self.hash_chunk < 1:
+            raise ValueError("granikv.hash_chunk must be >= 1")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> GraniKVConfig:

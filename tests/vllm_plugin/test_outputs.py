@@ -131,12 +131,12 @@ def test_prompt_logprobs_of_a_bound_request_cover_the_whole_prompt(
     assert after["events"]["prefix_reads_skipped"] - st["events"]["prefix_reads_skipped"] == 2
 
 
-def test_an_agents_next_turn_hits_every_token_of_its_last_turn(stock_llm: Any,
-                                                               gk_llm: Any) -> None:
+def test_an_agents_next_turn_hits_its_last_turn_as_stock_does(stock_llm: Any,
+                                                              gk_llm: Any) -> None:
     """An agent's next turn resends its whole history (the team prefix, its own tokens,
-    its sampled tokens). GraniKV finds every computed token of the last turn in the
-    prefix cache (all but the last sampled token, which was never computed), at token
-    granularity, after the HOT prefix; stock vLLM at block 16 finds whole blocks."""
+    its sampled tokens). GraniKV finds the computed tokens of the last turn (all but the
+    last sampled token, which was never computed) in whole 16-token hash chunks after
+    the HOT prefix's whole chunks: the hit stock vLLM finds at block 16."""
     from vllm.inputs import TokensPrompt
 
     prefix = tokens(21, 160)
@@ -152,6 +152,6 @@ def test_an_agents_next_turn_hits_every_token_of_its_last_turn(stock_llm: Any,
         outs[name] = llm.generate([TokensPrompt(prompt_token_ids=p) for p in second], sp,
                                   use_tqdm=False)
     for j, p in enumerate(first):
-        assert outs["gk"][j].num_cached_tokens == len(p) + m - 1
         assert outs["stock"][j].num_cached_tokens == (len(p) + m - 1) // 16 * 16
+        assert outs["gk"][j].num_cached_tokens == outs["stock"][j].num_cached_tokens
         assert outs["gk"][j].outputs[0].token_ids == outs["stock"][j].outputs[0].token_ids

@@ -1,8 +1,9 @@
 """Hooks on vLLM's engine core, installed by the plugin in every process.
 
 - ``get_request_block_hasher`` (as looked up by ``vllm.v1.engine.core``) is wrapped: when
-  the engine that is being built has a GraniKV scheduler, its hasher becomes the
-  scheduler's seeded hasher (``hasher.py``). ``EngineCore.__init__`` builds the scheduler
+  the engine that is being built has a GraniKV scheduler, its hasher hashes per the
+  scheduler's ``hash_chunk`` tokens and becomes the scheduler's seeded hasher
+  (``hasher.py``). ``EngineCore.__init__`` builds the scheduler
   first and the hasher right after, and the plugin is loaded at the top of that same
   ``__init__``, so this is the one place that sees both in every process layout.
 - ``EngineCore.granikv_control(op, args)``: the utility call behind ``control.py``.
@@ -43,10 +44,11 @@ def install() -> None:
     stock_factory = core.get_request_block_hasher
 
     @functools.wraps(stock_factory)
-    def get_request_block_hasher(*args: Any, **kwargs: Any) -> Any:
-        stock = stock_factory(*args, **kwargs)
+    def get_request_block_hasher(hash_block_size: int, caching_hash_fn: Any) -> Any:
         sched = _Handoff.take()
-        return sched.wrap_block_hasher(stock) if sched is not None else stock
+        if sched is None:
+            return stock_factory(hash_block_size, caching_hash_fn)
+        return sched.wrap_block_hasher(stock_factory(sched.hash_chunk, caching_hash_fn))
 
     core.get_request_block_hasher = get_request_block_hasher
     core.EngineCore.granikv_control = granikv_control  # type: ignore[attr-defined]

@@ -91,6 +91,9 @@ def cache_blocks(kv: Any, m: FullAttentionManager, request: Request, num_tokens:
     KV events). With KV events on or a hash size other than 1, the stock call runs; a
     new block that already carries a hash (a partial block's promotion, which block
     size 1 does not have) hands the rest to it."""
+    if kv.chunks is not None:  # chunked hashing: the manager's own (chunk_cache.py)
+        m.cache_blocks(request, num_tokens)
+        return
     rid = request.request_id
     done = m.num_cached_block.get(rid, 0)
     if done >= num_tokens:

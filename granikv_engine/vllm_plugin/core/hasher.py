@@ -1,11 +1,12 @@
 """Block hashing without re-hashing HOT prefixes.
 
-At ``block_size=1`` vLLM hashes every prompt token when a request is created (a sha256
-chain, about 1.5 us a token). A request that starts with a READY prefix gets that
-prefix's chain copied from the registering request instead; the stock hasher then
-continues after it. The result is identical to stock hashing: the chain is a pure
-function of the tokens, and seeding happens only for requests whose hashes have no
-extra keys (no LoRA, multimodal input, prompt embeddings or cache salt).
+vLLM hashes a request's prompt when the request is created (a sha256 chain; GraniKV
+hashes one link per ``hash_chunk`` tokens, ``chunk_cache.py``). A request that starts
+with a READY prefix gets the chain of that prefix's whole chunks copied from the
+registering request instead; the stock hasher then continues after it. The result is
+identical to stock hashing: the chain is a pure function of the tokens, and seeding
+happens only for requests whose hashes have no extra keys (no LoRA, multimodal input,
+prompt embeddings or cache salt).
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ EMPTY = SeedTable({}, {})
 
 
 class SeededBlockHasher:
-    def __init__(self, stock: Hasher, default_team: str, prompt_match: bool) -> None:
+    def __init__(self, stock: Hasher, default_team: str, prompt_match: bool,
+                 chunk: int = 1) -> None:
         self.stock = stock
         self.default_team = default_team
         self.prompt_match = prompt_match
+        self.chunk = chunk  # tokens per hash
         self.table = EMPTY
         self.seeded_tokens = 0
 
@@ -80,7 +83,7 @@ class SeededBlockHasher:
                 # The stock hasher continues from len(block_hashes); the caller extends
                 # the same list with what it returns.
                 request.block_hashes.extend(seed.hashes)
-                self.seeded_tokens += len(seed.hashes)
+                self.seeded_tokens += len(seed.hashes) * self.chunk
         return self.stock(request)
 
     def _seed_for(self, request: Any) -> Seed | None:

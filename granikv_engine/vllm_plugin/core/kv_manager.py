@@ -11,6 +11,9 @@ owns them. Everything else is the COLD pool: vLLM's own ``BlockPool`` at block s
   any stock prefix-cache continuation, then COLD blocks for its own tokens.
 - HOT blocks are never touched nor freed per block: a request holds one ``HotPool``
   reference, taken and dropped in O(1).
+- COLD prefix caching hashes and looks up per chunk of tokens (``chunk_cache.py``); a
+  HOT hit then covers the prefix's whole chunks, so that the request's COLD chunks
+  (an agent's earlier turns) start on a chunk boundary and can hit too.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from vllm.v1.request import Request
 from granikv_engine.hot_pool import SlotRange
 from granikv_engine.prefix_registry import PrefixRecord, PrefixRegistry, PrefixState
 from granikv_engine.vllm_plugin.core.binding import starts_with
+from granikv_engine.vllm_plugin.core.chunk_cache import ChunkCache
 from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED, allocate_running, plain_manager
 
 logger = init_logger(__name__)
@@ -88,24 +92,35 @@ class GraniKVCacheManager(KVCacheManager):
     _hot_ids_key: tuple[int, int]
     _hot_ids: list[int]
     _fast: FullAttentionManager | None
+    chunks: ChunkCache | None  # None: vLLM's prefix cache, one hash a token
+    chunk: int
 
     @classmethod
     def adopt(cls, manager: KVCacheManager, registry: PrefixRegistry,
-              arena: SlotRange, fast_alloc: bool = True) -> GraniKVCacheManager:
+              arena: SlotRange, fast_alloc: bool = True,
+              hash_chunk: int = 1) -> GraniKVCacheManager:
         """Turn the scheduler's stock manager into this class. The Scheduler builds its
         manager inline with a dozen arguments; adopting keeps that call the stock one.
-        ``fast_alloc``: running requests' allocations take ``fast_alloc.py``'s path."""
+        ``fast_alloc``: running requests' allocations take ``fast_alloc.py``'s path.
+        ``hash_chunk`` > 1: the request hasher hashes per that many tokens, and COLD
+        prefix caching works in chunks (``chunk_cache.py``); the caller checks that
+        nothing else reads the hashes (``chunked_hashing``)."""
         if manager.num_kv_cache_groups != 1:
             raise ValueError("GraniKV supports models with one KV cache group")
         manager.__class__ = cls
         me: GraniKVCacheManager = manager  # type: ignore[assignment]
         me.registry, me.arena = registry, arena
         me._fast = plain_manager(me) if fast_alloc else None
+        me.chunk, me.chunks = 1, None
+        if hash_chunk > 1 and me.enable_caching:
+            me.chunk, me.chunks = hash_chunk, ChunkCache(me.block_pool, hash_chunk)
+            (single,) = me.coordinator.single_type_managers
+            single.cache_blocks = _chunk_cacher(single, me.chunks)  # type: ignore[method-assign]
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
         me._hot_ids_key, me._hot_ids = (0, 0), []
         _patch_touch(me.block_pool)
         for single in me.coordinator.single_type_managers:
-            single._get_num_evictable_blocks = _evictable_counter(arena)  # type: ignore[method-assign]
+            single._get_num_evictable_blocks = _evictable_counter(arena, me.chunk)  # type: ignore[method-assign]
         return me
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
@@ -133,11 +148,11 @@ class GraniKVCacheManager(KVCacheManager):
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
         intent = self.intents.get(request.request_id)
         if intent is None:
-            return super().get_computed_blocks(request)
+            return self._cold_hit(request)
         held = self.held.get(request.request_id) or self._take(request, intent)
         if held is None:
             self.hot_counters.cold_fallbacks += 1
-            return super().get_computed_blocks(request)
+            return self._cold_hit(request)
         run = HotRun(self.block_pool.blocks[held.start:held.start + held.hot_len])
         run.hot_len = held.hot_len
         if held.fill:
@@ -176,8 +191,14 @@ class GraniKVCacheManager(KVCacheManager):
             hot = self.registry.acquire(rec.prefix_id)
             if hot is None:
                 return None
-            # At least one prompt token must be computed to produce logits.
-            held = Held(rec, hot.start, min(rec.length, request.num_tokens - 1), False)
+            # At least one prompt token must be computed to produce logits; COLD
+            # chunks start on a chunk boundary.
+            hot_len = min(rec.length, request.num_tokens - 1)
+            hot_len -= hot_len % self.chunk
+            if hot_len <= 0:
+                self.registry.release(rec)
+                return None
+            held = Held(rec, hot.start, hot_len, False)
         self.held[request.request_id] = held
         return held
 
@@ -186,12 +207,28 @@ class GraniKVCacheManager(KVCacheManager):
         The hash chain already fingerprints the prefix, so the lookup starts at Lp."""
         if not self.enable_caching or request.skip_reading_prefix_cache:
             return [], 0
+        if self.chunks is not None:
+            got = self.chunks.lookup(request.block_hashes, hot_len // self.chunk,
+                                     request.num_tokens - 1 - hot_len)
+            return got, len(got)
         hashes = request.block_hashes[hot_len:]
         if not hashes:
             return [], 0
         blocks, n, _ = self.coordinator.find_longest_cache_hit(
             hashes, request.num_tokens - 1 - hot_len)
         return list(blocks[0]), n
+
+    def _cold_hit(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
+        """vLLM's prefix-cache lookup, in chunks when hashing is chunked."""
+        if self.chunks is None:
+            return super().get_computed_blocks(request)
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0, 0
+        got = self.chunks.lookup(request.block_hashes, 0, request.num_tokens - 1)
+        if self.log_stats and self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(num_tokens=request.num_tokens, num_hits=len(got),
+                                           preempted=request.num_preemptions > 0)
+        return self.create_kv_cache_blocks((got,)), len(got), 0
 
     # ---- freeing ----------------------------------------------------------------------
     def free(self, request: Request) -> None:
@@ -256,6 +293,8 @@ class GraniKVCacheManager(KVCacheManager):
             return False
         bp.cached_block_hash_to_block = BlockHashToBlockMap()
         bp.cached_block_hashes_by_block.clear()
+        if self.chunks is not None:
+            self.chunks.clear()
         for block in bp.blocks:
             block.reset_hash()
         if bp.metrics_collector:
@@ -265,6 +304,20 @@ class GraniKVCacheManager(KVCacheManager):
     def evict_blocks(self, block_ids: set[int]) -> None:
         a = self.arena
         super().evict_blocks({b for b in block_ids if not a.start <= b < a.end})
+
+
+def _chunk_cacher(single: Any, chunks: ChunkCache) -> Any:
+    """The full-attention manager's ``cache_blocks``, in chunks."""
+
+    def cache_blocks(request: Request, num_tokens: int,
+                     retention_interval: int | None = None) -> None:
+        rid = request.request_id
+        done = single.num_cached_block.get(rid, 0)
+        if done < num_tokens:
+            single.num_cached_block[rid] = chunks.insert(
+                request.block_hashes, single.req_to_blocks[rid], done, num_tokens)
+
+    return cache_blocks
 
 
 def _patch_touch(block_pool: Any) -> None:
@@ -279,15 +332,25 @@ def _patch_touch(block_pool: Any) -> None:
     block_pool.touch = touch
 
 
-def _evictable_counter(arena: SlotRange) -> Any:
+def _evictable_counter(arena: SlotRange, chunk: int) -> Any:
     """Counts evictable (free-queue) blocks among a hit's computed blocks, skipping the
     leading HOT run (never evictable: each holds its reservation reference) instead of
-    walking its Lp blocks."""
+    walking its Lp blocks. With chunked caching a hit's COLD blocks are whole chunks
+    after a chunk-aligned HOT run, and a chunk's blocks share one reference count (they
+    are taken and freed together): one block a chunk is looked at."""
+    start, end = arena.start, arena.end
 
     def count(blocks: Sequence[KVCacheBlock]) -> int:
         n = 0
+        if chunk > 1 and len(blocks) % chunk == 0:
+            for i in range(len(blocks) - 1, -1, -chunk):
+                b = blocks[i]
+                if start <= b.block_id < end:
+                    break
+                n += chunk if b.ref_cnt == 0 else 0
+            return n
         for b in reversed(blocks):  # HOT blocks come first; the COLD tail is short
-            if arena.start <= b.block_id < arena.end:
+            if start <= b.block_id < end:
                 break
             n += b.ref_cnt == 0 and not b.is_null
         return n

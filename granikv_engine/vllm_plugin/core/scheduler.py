@@ -54,8 +54,13 @@ class GraniKVSchedulerMixin:
         arena = reserve_arena(pool, cfg.hot_capacity(pool.num_gpu_blocks))
         self.granikv_cfg = cfg
         self.registry = PrefixRegistry(HotPool(arena.start, arena.length))
+        # KV-cache events and KV connectors read one hash a block: no chunks for them
+        chunked = (not pool.enable_kv_cache_events
+                   and getattr(self, "connector", None) is None)
         self.kv = GraniKVCacheManager.adopt(self.kv_cache_manager, self.registry, arena,
-                                             cfg.fast_alloc)
+                                             cfg.fast_alloc,
+                                             cfg.hash_chunk if chunked else 1)
+        self.hash_chunk = self.kv.chunk  # tokens per request block hash
         self.hasher: SeededBlockHasher | None = None
         self._seeds_version = -1  # registry version the hasher's seed table reflects
         self._filling: dict[str, PrefixRecord] = {}  # request id -> the record it fills
@@ -155,8 +160,9 @@ class GraniKVSchedulerMixin:
         rec = self._filling.pop(rid, None)
         if rec is not None:
             if request.status in _DONE and request.num_computed_tokens >= rec.length:
-                if _plain_hashing(request) and len(request.block_hashes) >= rec.length:
-                    rec.block_hashes = tuple(request.block_hashes[:rec.length])
+                n = rec.length // self.hash_chunk  # the prefix's whole chunks
+                if _plain_hashing(request) and len(request.block_hashes) >= n:
+                    rec.block_hashes = tuple(request.block_hashes[:n])
                 self.registry.mark_ready(rec)
                 self.granikv_events["fills_done"] += 1
             else:
@@ -169,7 +175,7 @@ class GraniKVSchedulerMixin:
     # ---- hashing --------------------------------------------------------------------
     def wrap_block_hasher(self, stock: Any) -> SeededBlockHasher:
         self.hasher = SeededBlockHasher(stock, self.granikv_cfg.default_team,
-                                        self.granikv_cfg.prompt_match)
+                                        self.granikv_cfg.prompt_match, self.hash_chunk)
         self._publish_seeds()
         return self.hasher
 
