@@ -38,6 +38,13 @@ class GraniKVConfig:
     # size) and allocates per token; 1: a hash per token, as vLLM does at block size 1.
     # KV-cache events and KV connectors read per-block hashes: with either, it is 1.
     hash_chunk: int = 16
+    # implicit HOT (vllm_plugin/core/implicit.py): a prompt head of at least
+    # implicit_min_len tokens that implicit_min_hits requests of a team found in COLD
+    # prefix caching is promoted to HOT, within implicit_fraction of the arena
+    implicit_hot: bool = False
+    implicit_fraction: float = 0.25
+    implicit_min_len: int = 1024
+    implicit_min_hits: int = 2
     default_team: str = "default"
 
     def __post_init__(self) -> None:
@@ -54,6 +61,10 @@ class GraniKVConfig:
             raise ValueError("granikv.min_hot_len must be >= 1")
         if self.hash_chunk < 1:
             raise ValueError("granikv.hash_chunk must be >= 1")
+        if not 0.0 <= self.implicit_fraction <= 1.0:
+            raise ValueError("granikv.implicit_fraction must be in [0, 1]")
+        if self.implicit_min_len < 1 or self.implicit_min_hits < 1:
+            raise ValueError("granikv.implicit_min_len and implicit_min_hits must be >= 1")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> GraniKVConfig:

@@ -8,7 +8,7 @@ caller must apply to the cache.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -119,11 +119,13 @@ class HotPool:
                             len(self._entries))
 
     # ---- allocation ---------------------------------------------------------------
-    def allocate(self, key: Hashable, n: int, *, evict: bool = True) -> AllocResult:
+    def allocate(self, key: Hashable, n: int, *, evict: bool = True,
+                 may_evict: Callable[[Hashable], bool] | None = None) -> AllocResult:
         """Reserve ``n`` contiguous slots for ``key`` (first fit).
 
         If nothing fits, evict the shortest least-recently-used run of evictable entries
-        that makes a fit. If no eviction would, evict nothing and say why.
+        (those ``may_evict`` accepts, when given) that makes a fit. If no eviction
+        would, evict nothing and say why.
         """
         if key in self._entries:
             raise KeyError(f"{key!r} already holds {self._entries[key].range}")
@@ -133,6 +135,8 @@ class HotPool:
             return AllocResult(None, (), "too_large")
         victims: list[Hashable] = []
         candidates = self.evictable() if evict else []
+        if may_evict is not None:
+            candidates = [k for k in candidates if may_evict(k)]
         for k in range(len(candidates) + 1):
             victims = candidates[:k]
             start = self._first_fit(n, set(victims))

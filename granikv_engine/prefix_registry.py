@@ -11,6 +11,13 @@ from then on (placed and filled like any registration), while the old record is
 and its slots are released with its last reader. Readers and fills therefore hold the
 record they started with (``acquire`` returns it; ``release``, ``mark_ready`` and
 ``abort_fill`` take it), never just the id.
+
+*Implicit* prefixes are the engine's own: a prompt head that several requests shared,
+promoted to HOT under a generated id (``promote``) within a budget of slots of their
+own. They are READY from the start (the engine copies their K/V from the COLD blocks
+that hold it before any reader runs), unpinned, evicted least recently used first by
+other implicit prefixes and by registrations, and dropped when evicted. A team that
+registers the same tokens adopts its implicit prefix: the record takes the given id.
 """
 
 from __future__ import annotations
@@ -60,6 +67,10 @@ def default_prefix_id(team: str, tokens: Sequence[int]) -> str:
     return f"{team}-{content_hash(tokens)[:16]}"
 
 
+def implicit_prefix_id(team: str, tokens: Sequence[int]) -> str:
+    return f"implicit-{team}-{content_hash(tokens)[:16]}"
+
+
 @dataclass
 class PrefixRecord:
     prefix_id: str
@@ -73,6 +84,7 @@ class PrefixRecord:
     hits: int = 0
     # The HOT pool's key for this record: its id, or a key of its own once retired.
     key: object = None
+    implicit: bool = False  # promoted by the engine, not registered
     # The engine's hashes of the prefix's blocks, recorded when it filled (None: not
     # filled yet, or the engine does not hash); what a prompt that starts with the
     # prefix hashes to, so prefix-cache lookups of such prompts find its blocks.
@@ -104,6 +116,9 @@ class PrefixRegistry:
         self._retired: dict[object, PrefixRecord] = {}  # replaced, still read: by key
         self.evictions = 0
         self.replacements = 0
+        self.implicit_promotions = 0
+        self.implicit_evictions = 0
+        self.implicit_adoptions = 0
         self.cold_registrations = 0
         self.compactions = 0
         self._moves: list[Move] = []  # K/V copies the engine still has to apply
@@ -126,6 +141,9 @@ class PrefixRegistry:
         if old is not None:
             self.version += 1
             return self._reregister(old, team, toks, pin)
+        implicit = self._records.get(implicit_prefix_id(team, toks))
+        if implicit is not None and implicit.implicit and implicit.tokens == toks:
+            return self._adopt(implicit, pid, pin)
         rec = PrefixRecord(pid, team, toks, content_hash(toks), PrefixState.COLD)
         self._records[pid] = rec
         self._place(rec, pin)
@@ -291,6 +309,60 @@ class PrefixRegistry:
         else:
             self._retired.pop(rec.key, None)
 
+    def promote(self, team: str, tokens: Sequence[int], budget: int) -> PrefixRecord | None:
+        """A READY implicit prefix for ``tokens`` of ``team``, placed within ``budget``
+        slots of implicit prefixes (evicting only implicit ones, least recently used
+        first); None when it exists already (explicit or implicit) or does not fit.
+        The caller writes its K/V into its range before any reader runs."""
+        toks = tuple(int(t) for t in tokens)
+        pid = implicit_prefix_id(team, toks)
+        if not toks or pid in self._records or any(
+                r.team == team and r.tokens == toks for r in self._records.values()):
+            return None
+        if len(toks) > budget:
+            return None
+        implicit = self._implicit_keys()
+        used = sum(self.pool.range_of(k).length for k in implicit)
+        for victim in [k for k in self.pool.evictable() if k in implicit]:
+            if used + len(toks) <= budget:
+                break
+            used -= self.pool.range_of(victim).length
+            self.pool.evict(victim)
+            self._on_evicted(str(victim))
+        if used + len(toks) > budget:
+            return None
+        res = self.pool.allocate(pid, len(toks), may_evict=self._implicit_keys().__contains__)
+        for victim in res.evicted:
+            self._on_evicted(str(victim))
+        if not res.ok:
+            return None
+        rec = PrefixRecord(pid, team, toks, content_hash(toks), PrefixState.READY,
+                           hot=res.range, implicit=True)
+        self._records[pid] = rec
+        self.implicit_promotions += 1
+        self.version += 1
+        return rec
+
+    def implicit_slots(self) -> int:
+        return sum(self.pool.range_of(k).length for k in self._implicit_keys())
+
+    def _implicit_keys(self) -> set[object]:
+        return {r.key for r in self._records.values() if r.implicit and r.hot is not None}
+
+    def _adopt(self, rec: PrefixRecord, pid: str, pin: bool) -> PrefixRecord:
+        """A registration of an implicit prefix's tokens: the record becomes ``pid``."""
+        del self._records[rec.prefix_id]
+        if rec.hot is not None:
+            self.pool.rename(rec.key, pid)
+            if pin:
+                self.pool.pin(pid)
+        rec.prefix_id = rec.key = pid
+        rec.implicit, rec.pinned = False, pin
+        self._records[pid] = rec
+        self.implicit_adoptions += 1
+        self.version += 1
+        return rec
+
     def take_moves(self) -> builtins.list[Move]:
         """Slot moves from compactions, in order; the engine copies the K/V before the
         next forward pass reads any slot."""
@@ -329,6 +401,9 @@ class PrefixRegistry:
         rec = self._records.get(prefix_id)
         if rec is not None:
             rec.hot, rec.state = None, PrefixState.COLD
+            if rec.implicit:  # nobody named it: it goes
+                del self._records[prefix_id]
+                self.implicit_evictions += 1
 
     def apply_compaction(self) -> builtins.list[Move]:
         """Compact the pool (only unreferenced prefixes move) and update the moved

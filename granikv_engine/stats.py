@@ -104,6 +104,7 @@ class PrefixRecordView(TypedDict):
     state: str  # PrefixState's value: filling, ready, cold, ...
     pinned: bool
     hits: int  # requests served from it
+    implicit: bool  # promoted by the engine (a shared prompt head), not registered
     content_hash: str
     hot_start: int | None  # first HOT slot; None when not in HOT
 
@@ -128,11 +129,25 @@ class ColdStats(TypedDict):
     usage: float
 
 
+class ImplicitStats(TypedDict):
+    """Implicit HOT: shared prompt heads the engine promoted (core/implicit.py)."""
+
+    enabled: bool
+    budget: int  # HOT slots implicit prefixes may hold together
+    used: int
+    entries: int
+    promotions: int
+    evictions: int
+    adoptions: int  # registrations that took over an implicit prefix
+    hits: int  # requests served from an implicit prefix
+
+
 class HitStats(TypedDict):
     hits: int  # requests served from a HOT prefix
     hit_tokens: int  # prompt tokens read from HOT
     cold_fallbacks: int  # named a prefix that was not READY in HOT
     cold_replaced: int  # of those: the id was registered again with other tokens
+    implicit_hits: int  # of the hits: on a prefix the engine promoted
 
 
 class EngineStats(TypedDict, total=False):
@@ -148,6 +163,7 @@ class EngineStats(TypedDict, total=False):
     compactions: int
     cold_registrations: int
     replacements: int  # ids registered again with other tokens
+    implicit: ImplicitStats
     seeded_hash_tokens: int
     scheduler: dict[str, float]  # StepStats.snapshot()
     dispatch: DispatchSnapshot

@@ -38,7 +38,8 @@ OTHER_TEAM = "_other"  # the team label of callers that are no configured team
 _NO_HOT: HotStats = {"capacity": 0, "used": 0, "pinned": 0, "referenced": 0, "free": 0,
                      "largest_free_run": 0, "fragmentation": 0.0, "entries": 0}
 _NO_COLD: ColdStats = {"capacity": 0, "free": 0, "used": 0, "usage": 0.0}
-_NO_HITS: HitStats = {"hits": 0, "hit_tokens": 0, "cold_fallbacks": 0, "cold_replaced": 0}
+_NO_HITS: HitStats = {"hits": 0, "hit_tokens": 0, "cold_fallbacks": 0, "cold_replaced": 0,
+                      "implicit_hits": 0}
 _NO_DISPATCH: DispatchSnapshot = {"steps": 0, "groups": {}, "rows": {}, "regimes": {},
                                   "sources": {}, "plain_rows": 0, "graph_steps": 0,
                                   "graph_cascade_steps": 0, "group_sizes": {},
@@ -104,6 +105,16 @@ def _replica(f: _Families, labels: Mapping[str, str], r: Mapping[str, Any]) -> N
     f.add("counter", "granikv_evictions", "HOT prefixes evicted.", labels, g.get("evictions", 0))
     f.add("counter", "granikv_prefix_replacements",
           "Prefix ids registered again with other tokens.", labels, g.get("replacements", 0))
+    imp: Mapping[str, Any] = g.get("implicit") or {}
+    for kind, doc in (("promotions", "Shared prompt heads promoted to HOT by the engine."),
+                      ("evictions", "Implicit HOT prefixes evicted."),
+                      ("adoptions", "Registrations that took over an implicit prefix."),
+                      ("hits", "Requests served from an implicit HOT prefix.")):
+        f.add("counter", f"granikv_implicit_{kind}", doc, labels, float(imp.get(kind, 0)))
+    for kind, doc in (("used", "HOT slots of implicit prefixes"),
+                      ("budget", "HOT slots implicit prefixes may hold")):
+        f.add("gauge", f"granikv_implicit_{kind}_slots", f"{doc} (tokens).", labels,
+              float(imp.get(kind, 0)))
     _dispatch(f, labels, g.get("dispatch") or _NO_DISPATCH)
     f.add("gauge", "granikv_generation_tokens_per_second", "Output tokens/s (10 s window).",
           labels, fe.get("generation_tokens_per_s", 0.0))

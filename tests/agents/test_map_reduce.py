@@ -57,7 +57,7 @@ def test_review_team_pins_its_context_once_and_every_turn_hits_it(
     # Every agent call hit the run's context (other hits: calls of earlier tests, such
     # as a cancelled run's, that ended after the baseline)
     assert d[f"prefix:{ctx['prefix_id']}"] == 9 and d["hits"] >= 9, d
-    assert d["hit_tokens"] >= 9 * ctx["length"], d
+    assert d["hit_tokens"] >= 9 * (ctx["length"] // 16 * 16), d  # its whole hash chunks
     assert "bind_errors" not in d and "cold_fallbacks" not in d, d
     assert metric_hits(ops) - metric_before >= 9  # /metrics counts them too
     contexts = [p for p in red.get("/v1/prefixes").json()["data"] if p["kind"] == "context"]

@@ -229,3 +229,45 @@ def test_fragmented_registration_compacts_and_keeps_content() -> None:
     for i, pid in ((1, "b"), (2, "c")):
         r = reg.get(pid, "t").hot
         assert bool((kv[r.start:r.end] == i).all())  # type: ignore[union-attr]
+
+
+def test_implicit_prefixes_stay_in_their_budget_and_evict_only_each_other() -> None:
+    reg = make(cap=100)
+    pinned = reg.register("t", list(range(1000, 1030)), prefix_id="pinned")
+    loose = reg.register("t", list(range(2000, 2020)), prefix_id="loose", pin=False)
+    for p in ("pinned", "loose"):
+        reg.mark_ready(p)
+    a = reg.promote("t", list(range(10)), budget=40)
+    assert a is not None and a.implicit and a.state is PrefixState.READY and not a.pinned
+    assert a.prefix_id.startswith("implicit-t-") and reg.implicit_promotions == 1
+    assert reg.promote("t", list(range(10)), budget=40) is None  # there already
+    assert reg.promote("t", list(range(1000, 1030)), budget=40) is None  # registered
+    reg.acquire(a.prefix_id)  # read: never evicted
+    b = reg.promote("t", list(range(50, 70)), budget=40)
+    assert b is not None and reg.implicit_slots() == 30
+    assert reg.promote("t", list(range(80, 100)), budget=40) is not None  # evicts b
+    assert reg.peek(b.prefix_id) is None and reg.implicit_evictions == 1
+    assert reg.promote("t", list(range(300, 341)), budget=40) is None  # over the budget
+    reg.release(a)
+    # explicit prefixes are never evicted by implicit ones, pinned or not
+    assert pinned.hot is not None and loose.hot is not None
+    assert reg.match("t", list(range(11))) is a  # bound like any READY prefix
+    # a registration may evict an implicit prefix; it is then gone, not COLD
+    big = reg.register("t", list(range(5000, 5045)), prefix_id="big")
+    assert big.state is PrefixState.FILLING
+    assert reg.peek(a.prefix_id) is None and reg.implicit_evictions >= 2
+
+
+def test_registering_an_implicit_prefixs_tokens_adopts_it() -> None:
+    reg = make(cap=100)
+    imp = reg.promote("t", list(range(10)), budget=50)
+    assert imp is not None and imp.hot is not None
+    reg.acquire(imp.prefix_id)
+    rec = reg.register("t", list(range(10)), prefix_id="mine")
+    assert rec is imp and rec.prefix_id == "mine" and not rec.implicit and rec.pinned
+    assert rec.state is PrefixState.READY and reg.pool.counts("mine") == (1, 1)
+    assert reg.implicit_adoptions == 1 and reg.implicit_slots() == 0
+    reg.release(rec)  # the reader that started on the implicit entry
+    assert reg.pool.counts("mine") == (1, 0)
+    other = reg.promote("u", list(range(10)), budget=50)  # another team: its own entry
+    assert other is not None and other.team == "u"

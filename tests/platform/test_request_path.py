@@ -103,7 +103,8 @@ def test_a_team_chat_says_whether_it_was_served_from_hot(client: Client) -> None
     assert r.status_code == 200, r.text
     assert r.headers["x-granikv-prefix"] == "hit"
     details = r.json()["usage"]["prompt_tokens_details"]
-    assert details["cached_tokens"] >= ctx["length"], details
+    # a hit reads the context's whole 16-token hash chunks from HOT
+    assert details["cached_tokens"] >= ctx["length"] // 16 * 16, details
     with blue.stream("POST", "/teams/blue/v1/chat/completions",
                      json=ask("streamed", stream=True)) as s:
         assert s.status_code == 200 and s.headers["x-granikv-prefix"] == "hit"

@@ -101,7 +101,7 @@ def test_prefix_lifecycle_and_bound_completions(client: Client, base_url: str) -
     assert [o.status_code for o in outs] == [200] * 4, [o.text for o in outs]
     after = totals(fresh_stats(base_url, stats(base_url)))
     assert after["hits"] - totals(before)["hits"] >= 4
-    assert after["hit_tokens"] - totals(before)["hit_tokens"] >= 4 * 301
+    assert after["hit_tokens"] - totals(before)["hit_tokens"] >= 4 * (301 // 16 * 16)
     assert after["bind_errors"] == totals(before)["bind_errors"]
 
     text = green.post("/v1/prefixes", json={"text": "A shared document.", "pin": False})
@@ -198,7 +198,8 @@ def test_team_root_puts_the_context_first_and_hits_it(client: Client, base_url: 
     assert all(o.json()["usage"]["prompt_tokens"] > ctx["length"] for o in outs)
     after = totals(fresh_stats(base_url, stats(base_url)))
     assert after["hits"] - before["hits"] >= 6
-    assert after["hit_tokens"] - before["hit_tokens"] >= 6 * ctx["length"]
+    # a hit reads the context's whole 16-token hash chunks from HOT
+    assert after["hit_tokens"] - before["hit_tokens"] >= 6 * (ctx["length"] // 16 * 16)
     assert after["bind_errors"] == before["bind_errors"]  # prompts start with the prefix
     assert after["cold_fallbacks"] == before["cold_fallbacks"]
 

@@ -20,6 +20,7 @@ from granikv_engine.vllm_plugin.core.step_stats import StepStats
 def record_dict(rec: PrefixRecord) -> PrefixRecordView:
     return {"prefix_id": rec.prefix_id, "team": rec.team, "length": rec.length,
             "state": rec.state.value, "pinned": rec.pinned, "hits": rec.hits,
+            "implicit": rec.implicit,
             "content_hash": rec.content_hash,
             "hot_start": rec.hot.start if rec.hot else None}
 
@@ -75,6 +76,14 @@ class Control:
             "compactions": s.registry.compactions,
             "cold_registrations": s.registry.cold_registrations,
             "replacements": s.registry.replacements,
+            "implicit": {"enabled": kv.promoter is not None,
+                         "budget": kv.promoter.budget if kv.promoter else 0,
+                         "used": s.registry.implicit_slots(),
+                         "entries": sum(r.implicit for r in s.registry.records()),
+                         "promotions": s.registry.implicit_promotions,
+                         "evictions": s.registry.implicit_evictions,
+                         "adoptions": s.registry.implicit_adoptions,
+                         "hits": kv.hot_counters.implicit_hits},
             "seeded_hash_tokens": s.hasher.seeded_tokens if s.hasher else 0,
             "scheduler": s.step_stats.snapshot(),
         }

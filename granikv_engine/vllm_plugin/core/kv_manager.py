@@ -34,6 +34,7 @@ from granikv_engine.prefix_registry import PrefixRecord, PrefixRegistry, PrefixS
 from granikv_engine.vllm_plugin.core.binding import starts_with
 from granikv_engine.vllm_plugin.core.chunk_cache import ChunkCache
 from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED, allocate_running, plain_manager
+from granikv_engine.vllm_plugin.core.implicit import Promoter
 
 logger = init_logger(__name__)
 
@@ -79,6 +80,7 @@ class HotCounters:
     hit_tokens: int = 0
     cold_fallbacks: int = 0  # named a prefix that was not READY in HOT
     cold_replaced: int = 0  # of those: its id was registered again with other tokens
+    implicit_hits: int = 0  # of the hits: on a prefix the engine promoted (unregistered)
 
 
 class GraniKVCacheManager(KVCacheManager):
@@ -94,6 +96,7 @@ class GraniKVCacheManager(KVCacheManager):
     _fast: FullAttentionManager | None
     chunks: ChunkCache | None  # None: vLLM's prefix cache, one hash a token
     chunk: int
+    promoter: Promoter | None  # implicit HOT (chunked caching only)
 
     @classmethod
     def adopt(cls, manager: KVCacheManager, registry: PrefixRegistry,
@@ -111,7 +114,7 @@ class GraniKVCacheManager(KVCacheManager):
         me: GraniKVCacheManager = manager  # type: ignore[assignment]
         me.registry, me.arena = registry, arena
         me._fast = plain_manager(me) if fast_alloc else None
-        me.chunk, me.chunks = 1, None
+        me.chunk, me.chunks, me.promoter = 1, None, None
         if hash_chunk > 1 and me.enable_caching:
             me.chunk, me.chunks = hash_chunk, ChunkCache(me.block_pool, hash_chunk)
             (single,) = me.coordinator.single_type_managers
@@ -147,8 +150,13 @@ class GraniKVCacheManager(KVCacheManager):
     # ---- lookups --------------------------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
         intent = self.intents.get(request.request_id)
+        if intent is None and self.promoter is not None:
+            intent = self._implicit_intent(request)
         if intent is None:
-            return self._cold_hit(request)
+            got = self._cold_hit(request)
+            if self.promoter is not None and got[1]:
+                self.promoter.observe(request, got[1])
+            return got
         held = self.held.get(request.request_id) or self._take(request, intent)
         if held is None:
             self.hot_counters.cold_fallbacks += 1
@@ -165,6 +173,7 @@ class GraniKVCacheManager(KVCacheManager):
                                            preempted=request.num_preemptions > 0)
         self.hot_counters.hits += 1
         self.hot_counters.hit_tokens += held.hot_len
+        self.hot_counters.implicit_hits += held.record.implicit
         return KVCacheBlocks((run,)), held.hot_len + n_extra, 0
 
     def _take(self, request: Request, intent: Intent) -> Held | None:
@@ -191,13 +200,12 @@ class GraniKVCacheManager(KVCacheManager):
             hot = self.registry.acquire(rec.prefix_id)
             if hot is None:
                 return None
-            # At least one prompt token must be computed to produce logits; COLD
-            # chunks start on a chunk boundary.
+            # At least one prompt token must be computed to produce logits. COLD
+            # chunks start on a chunk boundary: a prefix of a chunk or more is read in
+            # whole chunks (a shorter one whole, with no COLD hit after it).
             hot_len = min(rec.length, request.num_tokens - 1)
-            hot_len -= hot_len % self.chunk
-            if hot_len <= 0:
-                self.registry.release(rec)
-                return None
+            if hot_len >= self.chunk:
+                hot_len -= hot_len % self.chunk
             held = Held(rec, hot.start, hot_len, False)
         self.held[request.request_id] = held
         return held
@@ -208,6 +216,8 @@ class GraniKVCacheManager(KVCacheManager):
         if not self.enable_caching or request.skip_reading_prefix_cache:
             return [], 0
         if self.chunks is not None:
+            if hot_len % self.chunk:  # a short HOT run: its chunk holds HOT blocks
+                return [], 0
             got = self.chunks.lookup(request.block_hashes, hot_len // self.chunk,
                                      request.num_tokens - 1 - hot_len)
             return got, len(got)
@@ -217,6 +227,18 @@ class GraniKVCacheManager(KVCacheManager):
         blocks, n, _ = self.coordinator.find_longest_cache_hit(
             hashes, request.num_tokens - 1 - hot_len)
         return list(blocks[0]), n
+
+    def _implicit_intent(self, request: Request) -> Intent | None:
+        """Bind a request that arrived unbound to an implicit prefix promoted since."""
+        assert self.promoter is not None
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return None
+        rec = self.promoter.match(request)
+        if rec is None:
+            return None
+        intent = Intent(rec.prefix_id, False, rec)
+        self.intents[request.request_id] = intent
+        return intent
 
     def _cold_hit(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
         """vLLM's prefix-cache lookup, in chunks when hashing is chunked."""
@@ -269,6 +291,10 @@ class GraniKVCacheManager(KVCacheManager):
         copies, retained = super().take_kv_cache_block_copies()
         for m in self.registry.take_moves():
             copies.extend(KVCacheBlockCopy(m.src + i, m.dst + i) for i in range(m.length))
+        if self.promoter is not None:  # implicit prefixes' K/V, from their COLD blocks
+            more, held = self.promoter.take()
+            copies.extend(more)
+            retained.extend(held)
         return copies, retained
 
     def forget(self, request_id: str) -> None:

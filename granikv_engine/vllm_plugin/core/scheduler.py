@@ -27,6 +27,7 @@ from granikv_engine.vllm_plugin.core.binding import Binding, decide
 from granikv_engine.vllm_plugin.core.control import Control
 from granikv_engine.vllm_plugin.core.engine_hooks import offer_scheduler
 from granikv_engine.vllm_plugin.core.hasher import Seed, SeededBlockHasher, SeedTable
+from granikv_engine.vllm_plugin.core.implicit import Promoter
 from granikv_engine.vllm_plugin.core.kv_manager import GraniKVCacheManager, Intent, reserve_arena
 from granikv_engine.vllm_plugin.core.step_stats import StepStats
 from granikv_engine.vllm_plugin.enable import granikv_config
@@ -61,6 +62,13 @@ class GraniKVSchedulerMixin:
                                              cfg.fast_alloc,
                                              cfg.hash_chunk if chunked else 1)
         self.hash_chunk = self.kv.chunk  # tokens per request block hash
+        if cfg.implicit_hot and self.kv.chunks is not None and cfg.prompt_match:
+            self.kv.promoter = Promoter(self.registry, int(arena.length * cfg.implicit_fraction),
+                                        self.kv.chunk, cfg.implicit_min_len,
+                                        cfg.implicit_min_hits, cfg.default_team)
+        elif cfg.implicit_hot:
+            logger.warning("GraniKV: implicit_hot needs prefix caching, hash_chunk > 1 "
+                           "and prompt_match; it is off")
         self.hasher: SeededBlockHasher | None = None
         self._seeds_version = -1  # registry version the hasher's seed table reflects
         self._filling: dict[str, PrefixRecord] = {}  # request id -> the record it fills
@@ -76,6 +84,10 @@ class GraniKVSchedulerMixin:
     # ---- timing and peaks (for the overhead benchmark and the memory proof) ----------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
+        promoter = self.kv.promoter
+        # before any allocation of this step (implicit.py says why)
+        if promoter is not None and promoter.pending and promoter.run(self.kv):
+            self._publish_seeds()
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         dt = time.perf_counter() - t
         used = self._cold_used()

@@ -33,6 +33,13 @@ class GraniKVWorkerExtension:
             b.dispatcher.force = None if backend == "auto" else Backend(backend)
         return len(builders)
 
+    def granikv_slot_kv(self, start: int, length: int) -> list[list[float]]:
+        """The K/V cache slots ``[start, start + length)`` of every layer, each slot
+        summed to one number a layer (checks that a HOT range holds a prefix's K/V)."""
+        runner: Any = getattr(self, "model_runner", None)
+        return [kv.flatten(0, 1)[start:start + length].flatten(1).double().sum(1).tolist()
+                for kv in runner.kv_caches]
+
     def granikv_backend_names(self) -> list[str]:
         runner: Any = getattr(self, "model_runner", None)
         return sorted({g.backend.get_name() for gs in getattr(runner, "attn_groups", [])
