@@ -20,6 +20,7 @@ import json
 import random
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,7 @@ def main() -> None:
     from granikv_engine.bench.env import environment
 
     env = environment()
+    env["command"] = "python -m granikv_engine.bench.prefix_hashing " + " ".join(sys.argv[1:])
     env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                    capture_output=True, text=True).stdout.strip()
     rows = measure(args.reps)

@@ -106,8 +106,8 @@ class GraniKVCacheManager(KVCacheManager):
         manager inline with a dozen arguments; adopting keeps that call the stock one.
         ``fast_alloc``: running requests' allocations take ``fast_alloc.py``'s path.
         ``hash_chunk`` > 1: the request hasher hashes per that many tokens, and COLD
-        prefix caching works in chunks (``chunk_cache.py``); the caller checks that
-        nothing else reads the hashes (``chunked_hashing``)."""
+        prefix caching works in chunks (``chunk_cache.py``); the scheduler passes 1 when
+        something else reads per-block hashes (KV-cache events, a KV connector)."""
         if manager.num_kv_cache_groups != 1:
             raise ValueError("GraniKV supports models with one KV cache group")
         manager.__class__ = cls
