@@ -63,6 +63,13 @@ class SeedTable:
 EMPTY = SeedTable({}, {})
 
 
+def plain_hashing(request: Any) -> bool:
+    """The request's block hashes carry no extra keys (no LoRA, multimodal input, cache
+    salt or prompt embeddings): they are a function of its tokens alone."""
+    return (request.lora_request is None and not request.mm_features
+            and not request.cache_salt and getattr(request, "prompt_embeds", None) is None)
+
+
 class SeededBlockHasher:
     def __init__(self, stock: Hasher, default_team: str, prompt_match: bool,
                  chunk: int = 1) -> None:
@@ -87,8 +94,7 @@ class SeededBlockHasher:
         return self.stock(request)
 
     def _seed_for(self, request: Any) -> Seed | None:
-        if (request.lora_request is not None or request.mm_features or request.cache_salt
-                or getattr(request, "prompt_embeds", None) is not None):
+        if not plain_hashing(request):
             return None
         prompt = request.prompt_token_ids
         if not prompt:

@@ -28,6 +28,7 @@ from typing import Any
 from vllm.v1.core.kv_cache_utils import KVCacheBlock, KVCacheBlockCopy
 
 from granikv_engine.prefix_registry import PrefixRecord, PrefixRegistry, PrefixState
+from granikv_engine.vllm_plugin.core.hasher import plain_hashing
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
 
 TRACKED = 4096  # hit ends remembered (least recently seen forgotten first)
@@ -52,8 +53,7 @@ class Promoter:
     def _team(self, request: Any) -> str | None:
         """The request's team, or None when its hashes carry extra keys (LoRA,
         multimodal input, a cache salt, prompt embeddings) or its arguments are bad."""
-        if (request.lora_request is not None or request.mm_features or request.cache_salt
-                or getattr(request, "prompt_embeds", None) is not None):
+        if not plain_hashing(request):
             return None
         sp = request.sampling_params
         try:

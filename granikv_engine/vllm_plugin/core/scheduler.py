@@ -26,7 +26,12 @@ from granikv_engine.prefix_registry import (
 from granikv_engine.vllm_plugin.core.binding import Binding, decide
 from granikv_engine.vllm_plugin.core.control import Control
 from granikv_engine.vllm_plugin.core.engine_hooks import offer_scheduler
-from granikv_engine.vllm_plugin.core.hasher import Seed, SeededBlockHasher, SeedTable
+from granikv_engine.vllm_plugin.core.hasher import (
+    Seed,
+    SeededBlockHasher,
+    SeedTable,
+    plain_hashing,
+)
 from granikv_engine.vllm_plugin.core.implicit import Promoter
 from granikv_engine.vllm_plugin.core.kv_manager import GraniKVCacheManager, Intent, reserve_arena
 from granikv_engine.vllm_plugin.core.step_stats import StepStats
@@ -173,7 +178,7 @@ class GraniKVSchedulerMixin:
         if rec is not None:
             if request.status in _DONE and request.num_computed_tokens >= rec.length:
                 n = rec.length // self.hash_chunk  # the prefix's whole chunks
-                if _plain_hashing(request) and len(request.block_hashes) >= n:
+                if plain_hashing(request) and len(request.block_hashes) >= n:
                     rec.block_hashes = tuple(request.block_hashes[:n])
                 self.registry.mark_ready(rec)
                 self.granikv_events["fills_done"] += 1
@@ -216,11 +221,6 @@ class RegistryIndex:
     def longest(self, team: str, prompt: Sequence[int]) -> str | None:
         rec = self.registry.match(team, prompt)
         return rec.prefix_id if rec is not None else None
-
-
-def _plain_hashing(request: Request) -> bool:
-    return (request.lora_request is None and not request.mm_features
-            and not request.cache_salt)
 
 
 class GraniKVScheduler(GraniKVSchedulerMixin, Scheduler):
