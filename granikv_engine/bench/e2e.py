@@ -9,7 +9,13 @@ side on one machine and writes the report. Engines:
 - ``granikv-piecewise``: full GraniKV without FULL CUDA graphs (attention always eager);
 - ``granikv-stockalloc``: full GraniKV with vLLM's generic ``allocate_slots`` for running
   requests (no ``fast_alloc``);
-- ``granikv``: full GraniKV with the calibrated dispatcher.
+- ``granikv``: full GraniKV with the calibrated dispatcher;
+- ``granikv-implicit``: the same with implicit HOT on (``implicit_hot``, its budget the
+  whole arena: ``implicit_fraction`` 1.0).
+A workload named ``NAME/unreg`` (``--workloads W1/unreg,W1``) runs on GraniKV as a user
+who never registers sends it: every team context only at the start of each prompt,
+nothing registered and no request arguments (loaded into the prefix cache as stock's
+are); its result carries ``"registered": false`` and the engine name ``ENGINE-unreg``.
 With ``--ceiling``, the stock engine also runs those workloads with every team context
 cut to 16 tokens (results as engine ``stock-noctx``); that run's wall time plus the
 priced prefix work (bench/ceiling.py) is the workload's ceiling, written into the result.
@@ -31,6 +37,7 @@ from granikv_engine.bench.workloads import MAX_NUM_SEQS, WORKLOADS
 from granikv_engine.vllm_plugin import installed
 
 MODELS = Path(__file__).parent / "models"
+UNREG = "/unreg"  # a workload name's suffix: run with nothing registered
 EXT = "granikv_engine.vllm_plugin.worker.worker_ext.GraniKVWorkerExtension"
 
 
@@ -51,6 +58,9 @@ def engine_kwargs(engine: str, max_len: int, hot_slots: int, async_sched: bool,
             "calibration_path": calibration,
             "full_cudagraphs": engine != "granikv-piecewise",
             "fast_alloc": engine != "granikv-stockalloc"}}
+        if engine == "granikv-implicit":
+            kw["additional_config"]["granikv"].update(implicit_hot=True,
+                                                      implicit_fraction=1.0)
     return kw
 
 
@@ -129,9 +139,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True,
                     choices=["stock", "stock-cascade", "granikv-paged", "granikv-piecewise",
-                             "granikv-stockalloc", "granikv"])
+                             "granikv-stockalloc", "granikv", "granikv-implicit"])
     ap.add_argument("--model", default="llama-3.1-8b")
-    ap.add_argument("--workloads", default="W5,W1,W2,W3")
+    ap.add_argument("--workloads", default="W5,W1,W2,W3",
+                    help="names; NAME/unreg: run with nothing registered (GraniKV)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--hot-slots", type=int, default=100_000)
     ap.add_argument("--max-num-seqs", type=int, default=MAX_NUM_SEQS,
@@ -156,7 +167,9 @@ def main() -> None:
     ap.add_argument("--turn", type=int, default=0, help="with --sync: this engine's turn")
     ap.add_argument("--peers", type=int, default=1, help="with --sync: engines in all")
     args = ap.parse_args()
-    ws = [WORKLOADS[n] for n in args.workloads.split(",")]
+    names = args.workloads.split(",")
+    ws = [WORKLOADS[n.removesuffix(UNREG)] for n in names]
+    unregistered = {i for i, n in enumerate(names) if n.endswith(UNREG)}
     tps = {w.tp for w in ws}
     if len(tps) != 1 or any(w.model != args.model for w in ws):
         ap.error(f"--workloads must all be {args.model}'s at one TP degree: {args.workloads}")
@@ -196,7 +209,7 @@ def main() -> None:
     attributed = set(args.attribution.split(",")) if args.attribution else set()
     capped = set(args.ceiling.split(",")) if args.ceiling else set()
     for r in run_workloads(llm, args.engine, ws, vocab, args.scale, attributed, capped,
-                           args.max_num_seqs):
+                           args.max_num_seqs, unregistered):
         doc["results"].append(r)
         print(f"[{r['engine']}] {r['workload']}: {r['tok_s']:.0f} tok/s in {r['wall_s']:.2f}s",
               flush=True)

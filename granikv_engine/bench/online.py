@@ -402,7 +402,8 @@ def main(argv: list[str] | None = None) -> None:
                    "Python proxy) or haproxy (recorded with the run)")
     p.add_argument("--gpu", default="", help="the server's GPU (recorded with the run)")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--label", default="")
+    p.add_argument("--label", default="", help="recorded with the run and added to its "
+                   "file name (runs of one workload and side on one server)")
     a = p.parse_args(argv)
     keys = {"": a.api_key} | (read_keys(a.api_keys_file) if a.api_keys_file else {})
     words = word_pool(a.tokenizer / "tokenizer.json")
@@ -420,7 +421,8 @@ def main(argv: list[str] | None = None) -> None:
         mode = f"open{a.rate:g}" if a.rate else "closed"
         si = f"-si{a.stream_interval}" if a.stream_interval else ""
         front = f"-{a.front}" if a.front else ""
-        path = a.out / f"online-{name}-{a.side}{front}-{mode}{si}.json"
+        label = f"-{a.label}" if a.label else ""
+        path = a.out / f"online-{name}-{a.side}{front}-{mode}{si}{label}.json"
         path.write_text(json.dumps(out, indent=1))
         s = out["summary"]
         print(f"== {name} {a.side} {mode}: {s['output_tok_s']:.0f} tok/s, "

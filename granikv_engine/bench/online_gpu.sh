@@ -5,8 +5,11 @@
 #   bash granikv_engine/bench/online_gpu.sh granikv  OUT [WORKLOADS]   # vllm serve + GraniKV
 #   bash granikv_engine/bench/online_gpu.sh platform OUT [WORKLOADS]   # serve run (the app)
 # then: python -m granikv_engine.bench.online_report --runs OUT --out docs/benchmarks ...
-# WORKLOADS defaults to "W1-online W3-online". The platform side also times one agent team
-# run of 32 reviewers (bench/online_team.py).
+# WORKLOADS defaults to "W1-online W3-online". A workload written NAME@CLIENT is sent the way
+# the client side CLIENT sends it (W1-online@stock on the granikv side: the context as the
+# system message of every request, nothing registered); each run's JSON is labelled with
+# its place in WORKLOADS.
+# The platform side also times one agent team run of 32 reviewers (bench/online_team.py).
 # Prerequisites: vLLM 0.26.0 for CUDA with FlashInfer 0.6.14, Ray Serve 2.60, LangGraph,
 # and this project installed into the Python that runs them (`python3 -m pip install
 # --no-deps -e .`: vLLM finds the GraniKV plugin through its entry point in every
@@ -23,6 +26,7 @@
 # rate), WORDS_ONLY (1: generate only whole-word token ids, see bench/online.py; 0, the
 # default: any), GPU_MEM (each server's share of the GPU, 0.9), KV_GIB (a fixed KV
 # cache size instead of one profiled: for servers that share a GPU), HOT_SLOTS (100000),
+# IMPLICIT (1: the granikv side with implicit HOT on, its budget the whole arena),
 # GO_FILE (wait for this file before measuring: online_together.sh sets it), TIME_LIMIT
 # (seconds: cut each workload then, see bench/online.py), TEAM_TIMEOUT (600 s),
 # PROFILE_WORKLOAD (py-spy samples the server during this workload: PROFILE_S seconds
@@ -69,7 +73,8 @@ stock)
   ;;
 granikv)
   setsid "$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" "${VLLM_ARGS[@]}" \
-    --additional-config "{\"granikv\": {\"enabled\": true, \"hot_slots\": ${HOT_SLOTS:-100000}}}" \
+    --additional-config "{\"granikv\": {\"enabled\": true, \"hot_slots\": ${HOT_SLOTS:-100000}$(
+      [ "${IMPLICIT:-0}" = 1 ] && echo ', "implicit_hot": true, "implicit_fraction": 1.0')}}" \
     >"$out/server-granikv.log" 2>&1 &
   ;;
 platform)
@@ -135,7 +140,16 @@ if [ -n "${GO_FILE:-}" ]; then  # started together with other sides: measure whe
   until [ -e "$GO_FILE" ]; do sleep 1; done
 fi
 profiler=""
-for w in $workloads; do
+n=0
+for spec in $workloads; do
+  w=${spec%@*}
+  n=$((n + 1))
+  client=()
+  if [ "$spec" != "$w" ]; then  # sent as another side sends it, labelled by its place
+    client=(--side "${spec#*@}" --label "$n-${spec#*@}")
+  elif [ "$(wc -w <<<"$workloads")" -gt 1 ] && grep -q "@" <<<"$workloads"; then
+    client=(--label "$n-$side")
+  fi
   if [ "$w" = "${PROFILE_WORKLOAD:-}" ] && command -v py-spy >/dev/null; then
     # sample every process of the server (the engine core, Ray's workers) for
     # PROFILE_S seconds, PROFILE_AFTER seconds into the workload, without pausing them
@@ -144,7 +158,8 @@ for w in $workloads; do
        >"$out/profile-$side.log" 2>&1) &
     profiler=$!
   fi
-  "$PY" -m granikv_engine.bench.online "${args[@]}" --workload "$w" ${RATE:+--rate "$RATE"}
+  "$PY" -m granikv_engine.bench.online "${args[@]}" "${client[@]}" --workload "$w" \
+    ${RATE:+--rate "$RATE"}
 done
 [ -n "${profiler:-}" ] && wait "$profiler"
 if [ -n "${OPEN_RATE:-}" ]; then  # and W1-online in open loop, Poisson arrivals

@@ -4,7 +4,8 @@ by one, each within a time limit).
 Phases: ``tests`` (GPU kernels vs references), ``kernels``, then one engine process per
 end-to-end phase: ``stock``, ``granikv`` (with the paged-only attribution runs on W1 and
 W3), ``stock-cascade``, ``granikv-paged``, ``granikv-piecewise``, ``granikv-stockalloc``,
-``w2-stock``, ``w2-granikv``, ``w4-stock``, ``w4-granikv``, and the tensor-parallel ones
+``granikv-implicit``, ``w2-stock``, ``w2-granikv``, ``w4-stock``, ``w4-granikv``, and the
+tensor-parallel ones
 ``tp2-stock``, ``tp2-granikv`` (Qwen2.5-14B on 2 GPUs), ``tp4-stock``, ``tp4-granikv``
 (Qwen2.5-32B on 4), and the heterogeneous agent traffic ``agents-stock`` (W6, W7 and
 their no-context ceiling runs) and ``agents-granikv``. Results land in ``--out`` as
@@ -50,6 +51,10 @@ PHASES: dict[str, list[str]] = {
                           "granikv-piecewise", "--workloads", "W5,W1"],
     "granikv-stockalloc": [PY, "-m", "granikv_engine.bench.e2e", "--engine",
                            "granikv-stockalloc", "--workloads", "W1,W3"],
+    # nothing registered (W5, W1, W3 as stock gets them), then W1 registered, with
+    # implicit HOT on: shared prompt heads promoted to HOT by the engine
+    "granikv-implicit": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv-implicit",
+                         "--workloads", "W5/unreg,W1/unreg,W3/unreg,W1"],
     # W2 alone: its 512 agents need 393K COLD tokens, so GraniKV's HOT arena is sized to
     # its one 16K prefix (the shared phases reserve 100K slots for W3's prefixes too)
     "w2-stock": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "stock",
@@ -143,7 +148,8 @@ def _command(phase: str, args: argparse.Namespace) -> list[str]:
     """The phase's command line with this run's overrides."""
     cmd = PHASES[phase] + ([] if phase == "tests" else ["--out", str(args.out)])
     if args.workloads and phase in ("stock", "granikv", "stock-cascade", "granikv-paged",
-                                    "granikv-piecewise", "granikv-stockalloc"):
+                                    "granikv-piecewise", "granikv-stockalloc",
+                                    "granikv-implicit"):
         cmd[cmd.index("--workloads") + 1] = args.workloads
     if phase == "kernels":
         cmd[cmd.index("--budget-s") + 1] = args.kernel_budget

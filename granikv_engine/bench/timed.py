@@ -5,6 +5,8 @@ with the unified paged backend only (engine ``granikv-paged``) and once with the
 dispatcher; stock with ``capped`` workloads runs each once as is and once with every team
 context cut to ``NO_CONTEXT`` tokens (engine ``stock-noctx``), whose wall time plus the
 priced prefix work (bench/ceiling.py) is the workload's ceiling, written into its result.
+GraniKV runs the workloads at the positions in ``unregistered`` as stock's are sent: no
+registration, no request arguments (engine ``ENGINE-unreg``, ``"registered": false``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,16 @@ NO_CONTEXT = 16  # the ceiling's run: every team context cut to this many tokens
 
 def run_workloads(llm: Any, engine: str, ws: list[Workload], vocab: int, scale: float,
                   attributed: Collection[str] = (), capped: Collection[str] = (),
-                  max_num_seqs: int = MAX_NUM_SEQS) -> Iterator[dict[str, Any]]:
+                  max_num_seqs: int = MAX_NUM_SEQS, unregistered: Collection[int] = ()
+                  ) -> Iterator[dict[str, Any]]:
     """Each workload's results, in order, as they are measured."""
-    for w in ws:
+    for pos, w in enumerate(ws):
+        if engine.startswith("granikv") and pos in unregistered:
+            r = run_workload(llm, f"{engine}-unreg", w, vocab, scale, salt="-unreg",
+                             slots=max_num_seqs, registered=False)
+            r["max_num_seqs"] = max_num_seqs
+            yield r
+            continue
         modes: list[str | None] = [None]
         if engine == "granikv" and w.name in attributed:
             modes = ["paged", "auto"]
@@ -76,13 +85,15 @@ def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
                  salt: str = "", context: int | None = None,
-                 slots: int = MAX_NUM_SEQS) -> dict[str, Any]:
+                 slots: int = MAX_NUM_SEQS, registered: bool = True) -> dict[str, Any]:
     """One workload, timed (turn by turn if it has several). ``context`` cuts every team
     context to that many tokens (the ceiling's run, engine ``stock-noctx``); ``slots``
-    (max_num_seqs) schedules the priced prefix work (bench/ceiling.py)."""
+    (max_num_seqs) schedules the priced prefix work (bench/ceiling.py); ``registered``
+    False: GraniKV gets the requests as stock does (nothing registered, no arguments)."""
     from granikv_engine.vllm_plugin.client import control
 
-    gk = engine.startswith("granikv")
+    granikv = engine.startswith("granikv")
+    gk = granikv and registered  # contexts registered, requests bound
     pid = w.name.replace("W2", "W1")  # W2 reuses W1's team and prefix
     t0 = time.perf_counter()
     _load_contexts(llm, gk, pid, prefixes(w, vocab, scale, context))
@@ -112,11 +123,13 @@ def run_workload(llm: Any, engine: str, w: Workload, vocab: int, scale: float,
         _release_contexts(llm, pid, len(w.prefix_lens))
     res = {"engine": engine, "workload": w.name, "agents": w.agents, "prefix_lens":
            contexts, "context_cut": context, "warm_s": warm_s, **_total(turns),
-           "scheduler": after.get("scheduler"), "stats_after": after}
+           "scheduler": after.get("scheduler"), "stats_after": after,
+           "registered": gk or not granikv}
     if w.turns > 1:
         res["turns"] = turns
-    if gk:
+    if granikv:
         res["hits"] = after["hits"]["hits"] - before["hits"]["hits"]
+        res["hit_counters"] = _delta(after["hits"], before["hits"])
         res["dispatch"] = _delta(after.get("dispatch", {}), before.get("dispatch", {}))
     return res
 

@@ -21,4 +21,19 @@ from __future__ import annotations
 def register() -> None:
     from granikv_engine.vllm_plugin import patches
 
+    _log_like_vllm()
     patches.apply()
+
+
+def _log_like_vllm() -> None:
+    """GraniKV's log lines go where vLLM's go, at vLLM's level (``VLLM_LOGGING_LEVEL``):
+    the engine's loggers are named after their modules, outside the ``vllm`` logger that
+    vLLM configures, and would otherwise show warnings only."""
+    import logging
+
+    vllm_log, ours = logging.getLogger("vllm"), logging.getLogger("granikv_engine")
+    if vllm_log.handlers and not ours.handlers:
+        for h in vllm_log.handlers:
+            ours.addHandler(h)
+        ours.setLevel(vllm_log.level)
+        ours.propagate = False

@@ -1,6 +1,7 @@
 """What the state machines share (test_hot_pool_machine.py,
-test_prefix_registry_machine.py, test_registry_state_machine.py): hypothesis settings, and the counts of the steps they
-tried, written into the figures file (figures.py) under ``engine_properties``."""
+test_prefix_registry_machine.py, test_registry_state_machine.py): hypothesis settings,
+and the counts of the steps they tried, written into the figures file (figures.py)
+under ``engine_properties``."""
 
 from __future__ import annotations
 

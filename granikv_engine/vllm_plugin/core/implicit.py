@@ -25,12 +25,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from vllm.logger import init_logger
 from vllm.v1.core.kv_cache_utils import KVCacheBlock, KVCacheBlockCopy
 
 from granikv_engine.prefix_registry import PrefixRecord, PrefixRegistry, PrefixState
 from granikv_engine.vllm_plugin.core.hasher import plain_hashing
 from granikv_engine.vllm_plugin.request_args import GraniKVArgs
 
+logger = init_logger(__name__)
 TRACKED = 4096  # hit ends remembered (least recently seen forgotten first)
 
 
@@ -122,6 +124,9 @@ class Promoter:
             self.copies.extend(KVCacheBlockCopy(b.block_id, start + i)
                                for i, b in enumerate(blocks))
             done += 1
+            logger.info("GraniKV: %s promoted to HOT (%d tokens; implicit HOT holds %d of "
+                        "%d slots)", rec.prefix_id, len(tokens),
+                        self.registry.implicit_slots(), self.budget)
         return done
 
     def take(self) -> tuple[list[KVCacheBlockCopy], list[KVCacheBlock]]:
