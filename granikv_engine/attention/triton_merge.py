@@ -16,8 +16,11 @@ import triton
 import triton.language as tl
 
 
-# Sizes change every step: no specialisation on them (each new one would JIT mid-run).
-@triton.jit(do_not_specialize=["n_tokens", "n_hot"])
+# Sizes change every step, and the index and LSE pointers may be views at any offset:
+# no specialisation on them (each new variant would JIT mid-run; their loads are scalar).
+# The output rows stay specialised: a layer's output and FA3's are 16-byte aligned.
+@triton.jit(do_not_specialize=["n_tokens", "n_hot"],
+            do_not_specialize_on_alignment=["s_lse_ptr", "h_lse_ptr", "idx_ptr"])
 def _merge_indexed(out_ptr, s_lse_ptr, h_out_ptr, h_lse_ptr, idx_ptr,
                    n_tokens, n_hot, stride_ot, stride_oh, stride_ht, stride_hh,
                    HEAD: tl.constexpr, BLOCK_D: tl.constexpr):

@@ -107,15 +107,19 @@ def text_of(words: list[str], n: int, rng: random.Random, tag: str) -> str:
 
 def build(name: str, words: list[str], *, context_tokens: list[int], agents_per_team: int,
           own_tokens: int, gen_tokens: int, seed: int = 0,
-          teams: list[str] | None = None) -> Workload:
+          teams: list[str] | None = None, salt: str = "") -> Workload:
     """Teams with the given context lengths, ``agents_per_team`` turns each, shuffled.
-    ``teams`` names them (default team0, team1, ...)."""
+    ``teams`` names them (default team0, team1, ...). ``salt`` draws other agent
+    messages for the same contexts (a later run on the same server then finds none of
+    an earlier run's messages in its prefix cache)."""
     rng = random.Random(seed)
     names = teams or [f"team{k}" for k in range(len(context_tokens))]
     if len(names) < len(context_tokens):
         raise ValueError(f"{name} needs {len(context_tokens)} teams, got {names}")
     contexts = {names[k]: text_of(words, n, rng, f"Team {k} context.")
                 for k, n in enumerate(context_tokens)}
+    if salt:
+        rng = random.Random(f"{seed}-{salt}")
     turns = [Turn(0, team, text_of(words, own_tokens, rng, f"Agent {team}-{a}:"), gen_tokens)
              for team in contexts for a in range(agents_per_team)]
     rng.shuffle(turns)
@@ -124,7 +128,7 @@ def build(name: str, words: list[str], *, context_tokens: list[int], agents_per_
 
 
 def standard(name: str, words: list[str], scale: float = 1.0,
-             teams: list[str] | None = None) -> Workload:
+             teams: list[str] | None = None, salt: str = "") -> Workload:
     """W1-online: one team, a 16K-token context, 256 agents, 512 own and 256 generated
     tokens each. W3-online: 8 teams with 2K, 4K .. 16K-token contexts, 32 agents each.
     ``scale`` shrinks every count (a CPU smoke run)."""
@@ -133,10 +137,11 @@ def standard(name: str, words: list[str], scale: float = 1.0,
 
     if name == "W1-online":
         return build(name, words, context_tokens=[s(16384)], agents_per_team=s(256),
-                     own_tokens=s(512), gen_tokens=s(256), teams=teams)
+                     own_tokens=s(512), gen_tokens=s(256), teams=teams, salt=salt)
     if name == "W3-online":
         return build(name, words, context_tokens=[s(2048 * (k + 1)) for k in range(8)],
-                     agents_per_team=s(32), own_tokens=s(512), gen_tokens=s(256), teams=teams)
+                     agents_per_team=s(32), own_tokens=s(512), gen_tokens=s(256), teams=teams,
+                     salt=salt)
     raise ValueError(f"unknown workload {name!r} (W1-online, W3-online)")
 
 
@@ -402,6 +407,8 @@ def main(argv: list[str] | None = None) -> None:
                    "Python proxy) or haproxy (recorded with the run)")
     p.add_argument("--gpu", default="", help="the server's GPU (recorded with the run)")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--salt", default="", help="other agent messages, the same contexts "
+                   "(a later run on the same server: none of an earlier run's messages cached)")
     p.add_argument("--label", default="", help="recorded with the run and added to its "
                    "file name (runs of one workload and side on one server)")
     a = p.parse_args(argv)
@@ -412,8 +419,8 @@ def main(argv: list[str] | None = None) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.workload:
         teams = [t for t in a.teams.split(",") if t] or None
-        out = run(target, standard(name, words, a.scale, teams), rate=a.rate, procs=a.procs,
-                  time_limit=a.time_limit)
+        out = run(target, standard(name, words, a.scale, teams, a.salt), rate=a.rate,
+                  procs=a.procs, time_limit=a.time_limit)
         out["command"] = "python -m granikv_engine.bench.online " + " ".join(
             argv if argv is not None else __import__("sys").argv[1:])
         out.update(label=a.label, stream_interval=a.stream_interval, front=a.front,

@@ -8,7 +8,8 @@
 # WORKLOADS defaults to "W1-online W3-online". A workload written NAME@CLIENT is sent the way
 # the client side CLIENT sends it (W1-online@stock on the granikv side: the context as the
 # system message of every request, nothing registered); each run's JSON is labelled with
-# its place in WORKLOADS.
+# its place in WORKLOADS, and every run after the first sends other agent messages for
+# the same contexts (none of them cached by an earlier run).
 # The platform side also times one agent team run of 32 reviewers (bench/online_team.py).
 # Prerequisites: vLLM 0.26.0 for CUDA with FlashInfer 0.6.14, Ray Serve 2.60, LangGraph,
 # and this project installed into the Python that runs them (`python3 -m pip install
@@ -150,6 +151,8 @@ for spec in $workloads; do
   elif [ "$(wc -w <<<"$workloads")" -gt 1 ] && grep -q "@" <<<"$workloads"; then
     client=(--label "$n-$side")
   fi
+  # after the first run, other agent messages: none of them is in the prefix cache yet
+  [ ${#client[@]} -gt 0 ] && [ "$n" -gt 1 ] && client+=(--salt "$n")
   if [ "$w" = "${PROFILE_WORKLOAD:-}" ] && command -v py-spy >/dev/null; then
     # sample every process of the server (the engine core, Ray's workers) for
     # PROFILE_S seconds, PROFILE_AFTER seconds into the workload, without pausing them

@@ -6,14 +6,15 @@ the registered runs as each row's ceiling, and the re-registration check.
         --name 2026-12-06-unregistered --commit SHA
 
 Reads the offline results (``DIR/offline/e2e-*.json``) and the online ones
-(``DIR/{stock,granikv,granikv-implicit}/online-*.json``); writes ``NAME.json`` (the rows),
-``NAME.md`` (the tables, targets, commands) and ``NAME.png`` (tok/s per side). A side
-that was not measured is left empty, never guessed.
+(``DIR/{stock,granikv,granikv-implicit}/online-*.json``, or gzipped); writes
+``NAME.json`` (the rows), ``NAME.md`` (the tables, targets, commands) and ``NAME.png``
+(tok/s per side). A side that was not measured is left empty, never guessed.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,10 @@ def online(d: Path) -> dict[str, dict[str, dict[str, Any]]]:
     on-reg (registered, fresh); off-rereg (registered again after W3-online)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for side, server in (("stock", "stock"), ("off", "granikv"), ("on", "granikv-implicit")):
-        for path in sorted((d / server).glob("online-*.json")):
-            run = json.loads(path.read_text())
+        for path in sorted([*(d / server).glob("online-*.json"),
+                            *(d / server).glob("online-*.json.gz")]):
+            run = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz"
+                             else path.read_bytes())
             label = run.get("label") or ""
             if side == "stock":
                 col = "stock"

@@ -129,6 +129,30 @@ def test_triton_merge_compiled() -> None:
     assert rel(out, ref) < BF16_TOL
 
 
+def test_the_merge_warm_up_covers_the_steps_that_follow() -> None:
+    """What the metadata builder compiles at start-up (CudaOps.warm_up_merge) is the
+    variant every later merge runs, whatever the step's token and group counts and
+    wherever its index and LSE views start: no Triton compilation while serving."""
+    from granikv_engine.attention.triton_merge import _merge_indexed, merge_indexed_
+    from granikv_engine.vllm_plugin.worker.kernels.cuda_ops import CudaOps
+
+    def variants() -> int:
+        return sum(len(c[0]) for c in _merge_indexed.device_caches.values())
+
+    h, d = 32, 128
+    CudaOps().warm_up_merge(h, d, torch.bfloat16, torch.device("cuda"))
+    warmed = variants()
+    for t, qc, at in ((1, 1, 0), (7, 3, 1), (300, 200, 5), (4096, 1000, 3)):
+        out = torch.randn(t, h, d, device="cuda", dtype=torch.bfloat16)
+        lse_s = torch.randn(at + h * t, device="cuda")[at:].view(h, t)  # at any offset
+        o_hot = torch.randn(qc, h, d, device="cuda", dtype=torch.bfloat16)
+        lse_h = torch.randn(at + h * qc, device="cuda")[at:].view(h, qc)
+        idx = torch.arange(at + qc, device="cuda", dtype=torch.int32)[at:] % t
+        merge_indexed_(out, lse_s, o_hot, lse_h, idx)
+    torch.cuda.synchronize()
+    assert warmed >= 1 and variants() == warmed
+
+
 def test_paged_plan_replays_in_a_full_cuda_graph() -> None:
     """What a FULL-graph decode step does: the paged pass is captured once over
     persistent buffers (lengths, block table, FA3's ahead-of-time schedule, as the

@@ -26,6 +26,8 @@ HEAD = 700  # 43 whole chunks of 16: 688 tokens promoted
 
 def _engine(tmp: Path, granikv: bool) -> Any:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    # run alone, nothing has initialized CUDA here before vLLM forks its engine core
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from vllm import LLM
 
     from granikv_engine.vllm_plugin.worker.worker_ext import EXTENSION

@@ -1,7 +1,8 @@
 """The online load generator, without a GPU server: its time limit (requests still
 streaming when it passes are cancelled, keep what they streamed, and the summary says
 the run is incomplete; the server here is a slow SSE endpoint, one token every 0.1 s,
-so the cut is certain), and the whole-word token ids it restricts generation to."""
+so the cut is certain), the whole-word token ids it restricts generation to, and the
+salt that draws other agent messages for the same contexts."""
 
 from __future__ import annotations
 
@@ -174,3 +175,13 @@ def test_report_rows_by_stream_interval_with_both_fronts(tmp_path: Path) -> None
     tpot = " / ".join(f"{1e3 * (d - 0.5) / 3:.1f}" for d in (4.0, 1.0, 2.0, 1.0))
     assert f"| W1-online | closed | 1 | {' / '.join(['0.50'] * 4)} | " in md
     assert f"| {tpot} | {tpot} |" in md
+
+
+def test_a_salted_run_keeps_the_contexts_and_sends_other_agent_messages() -> None:
+    words = online.word_pool(TOKENIZER / "tokenizer.json")
+    first = online.standard("W3-online", words, scale=0.02)
+    again = online.standard("W3-online", words, scale=0.02)
+    later = online.standard("W3-online", words, scale=0.02, salt="2")
+    assert first == again and later.contexts == first.contexts
+    assert len(later.turns) == len(first.turns)
+    assert not {t.own for t in later.turns} & {t.own for t in first.turns}

@@ -102,6 +102,12 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
                                       "flash_attn_max_num_splits_for_cuda_graph", 32) or 32)
         self._num_q_heads = vllm_config.model_config.get_num_attention_heads(
             vllm_config.parallel_config)
+        if device.type == "cuda":  # the Triton merge by index (cuda_ops.forward: steps
+            # with several HOT groups, and FULL graphs, which capture it) compiled now,
+            # not at the first such step while serving, nor during a graph capture
+            self._ops = ops_for(device)
+            self._ops.warm_up_merge(self._num_q_heads, kv_cache_spec.head_size,
+                                    vllm_config.model_config.dtype, device)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> GraniKVMetadata:
@@ -227,8 +233,6 @@ class GraniKVMetadataBuilder(AttentionMetadataBuilder[GraniKVMetadata]):
             self.kv_cache_spec.dtype, self.max_splits)
         if self._dense_sched is None:  # the first graph-form step: the first capture
             self._dense_sched = torch.zeros_like(meta)
-            self._ops.warm_up_merge(self._num_q_heads, self.kv_cache_spec.head_size,
-                                    self.kv_cache_spec.dtype, self.device)
         self._dense_sched.copy_(meta)
         return replace(kplan, cascade_dev=replace(d, scheduler_metadata=self._dense_sched,
                                                   num_splits=self.max_splits))
