@@ -91,3 +91,31 @@ def test_implicit_heads_stay_in_their_budget(stock_llm: Any, implicit_llm: Any) 
     assert st["used"] <= BUDGET
     assert control(implicit_llm, "get", prefix_id="kept-ctx", team="default")["state"] == "ready"
     control(implicit_llm, "unregister", prefix_id="kept-ctx", team="default")
+
+
+def test_the_request_that_makes_a_head_due_reads_it_from_hot_in_the_same_step(
+        stock_llm: Any, implicit_llm: Any) -> None:
+    """A head cached by an earlier step is promoted by the second request that hits it,
+    while the step is scheduled: that request and the rest of its batch are bound to it
+    at once (only the first reads it from COLD), and the K/V copied in that step, before
+    its forward pass, is the head's."""
+    head = tokens(60, 170)  # 10 whole chunks: 160 tokens promoted
+    generate(implicit_llm, [head + tokens(600, 3)], params(1))  # cached: an earlier step
+    generate(stock_llm, [head + tokens(600, 3)], params(1))
+    before = _stats(implicit_llm)
+    batch = [head + tokens(610 + j, 5 + j) for j in range(6)]  # one step: 6 admissions
+    assert_same(generate(stock_llm, batch, params(4)), generate(implicit_llm, batch, params(4)))
+    after = _stats(implicit_llm)
+    assert after["implicit"]["promotions"] - before["implicit"]["promotions"] == 1
+    assert after["hits"]["implicit_hits"] - before["hits"]["implicit_hits"] == 5
+    (entry,) = [p for p in control(implicit_llm, "list")["prefixes"]
+                if p["implicit"] and p["length"] == 160]
+    fill = register(implicit_llm, "other2", head[:160], prefix_id="other2-ctx")
+    (got,) = {tuple(map(tuple, r)) for r in implicit_llm.collective_rpc(
+        "granikv_slot_kv", args=(entry["hot_start"], 160))}
+    (want,) = {tuple(map(tuple, r)) for r in implicit_llm.collective_rpc(
+        "granikv_slot_kv", args=(fill["hot_start"], 160))}
+    assert any(v != 0 for v in want[0])
+    for layer_got, layer_want in zip(got, want, strict=True):
+        assert layer_got == pytest.approx(layer_want, rel=1e-4, abs=1e-4)
+    control(implicit_llm, "unregister", prefix_id="other2-ctx", team="other2")

@@ -33,6 +33,7 @@ class ChunkCache:
         self.chunk = chunk
         self.index: dict[Any, list[KVCacheBlock]] = {}
         self.evictions = 0
+        self.fresh: set[Any] = set()  # chunks cached during this scheduling step
         block_pool._maybe_evict_cached_block = self._evict
 
     def __len__(self) -> int:
@@ -74,7 +75,18 @@ class ChunkCache:
                 for b in run:
                     b._block_hash, b._block_hash_num_tokens = h, end
                 index[h] = run
+                self.fresh.add(h)
         return max(cached_tokens, last * c)
+
+    def new_step(self) -> None:
+        self.fresh.clear()
+
+    def written(self, hashes: Sequence[Any]) -> bool:
+        """Whether these chunks were all cached by earlier steps: their K/V is written
+        before this step's forward pass (a chunk cached during this step is written by
+        it, after anything that runs before it, such as block copies)."""
+        fresh = self.fresh
+        return not fresh or not any(h in fresh for h in hashes)
 
     def _evict(self, block: KVCacheBlock) -> bool:
         """The pool's ``_maybe_evict_cached_block``: ``block`` is being reused."""
@@ -95,3 +107,4 @@ class ChunkCache:
             for b in run:
                 b.reset_hash()
         self.index.clear()
+        self.fresh.clear()

@@ -13,11 +13,14 @@ bound when it is first scheduled (``match``): its chain hash at the end of an im
 prefix's last chunk equals that prefix's, which only the same tokens give.
 
 Counting by the hit's end hash tells a shared head (many requests' hits end at the same
-chunk) from one agent's growing history (each turn's hit ends further on). Promotions
-run at the start of a scheduling step, before any allocation in it: the blocks found
-then were written by earlier steps, and the copies run before this step's forward
-pass. The source blocks are held by the copy until the step is scheduled (vLLM's
-``retained`` blocks), so nothing allocated in the step overwrites them first.
+chunk) from one agent's growing history (each turn's hit ends further on). A head is
+promoted as soon as its count is reached, in the middle of a scheduling step, and the
+request whose hit reached it is bound to it at once, as is every later one: only the
+requests scheduled before that read the head from COLD. The copies run before the
+step's forward pass, so the source chunks must have been written by earlier steps: a
+head with a chunk cached during this step (``ChunkCache.written``) waits for the start
+of the next one. The source blocks are held by the copy until the step has run (vLLM's
+``retained`` blocks), so nothing allocated later overwrites them first.
 """
 
 from __future__ import annotations
@@ -87,14 +90,15 @@ class Promoter:
                 return rec
         return None
 
-    def observe(self, request: Any, hit_tokens: int) -> None:
-        """A request without a binding found ``hit_tokens`` in COLD prefix caching."""
+    def observe(self, request: Any, hit_tokens: int) -> bool:
+        """A request without a binding found ``hit_tokens`` in COLD prefix caching.
+        Returns whether that made a head due for promotion."""
         if (hit_tokens < self.min_len or self.budget < hit_tokens
                 or request.num_preemptions):  # re-admitted: it hits its own blocks
-            return
+            return False
         team = self._team(request)
         if team is None:
-            return
+            return False
         k = hit_tokens // self.chunk
         key = (team, request.block_hashes[k - 1])
         n = self.seen.pop(key, 0) + 1
@@ -104,12 +108,18 @@ class Promoter:
         if n >= self.min_hits and key not in self.pending:
             self.pending[key] = (team, tuple(request.prompt_token_ids[:k * self.chunk]),
                                  tuple(request.block_hashes[:k]))
+            return True
+        return False
 
     def run(self, kv: Any) -> int:
-        """Promote what is pending; returns how many were. ``kv`` is the KV manager."""
+        """Promote what is pending and written; returns how many were promoted. ``kv``
+        is the KV manager."""
         done = 0
         pending, self.pending = self.pending, {}
         for key, (team, tokens, hashes) in pending.items():
+            if not kv.chunks.written(hashes):  # computed in this step: the next one
+                self.pending[key] = (team, tokens, hashes)
+                continue
             self.seen.pop(key, None)
             blocks = kv.chunks.lookup(hashes, 0, len(tokens))
             if len(blocks) != len(tokens):  # evicted meanwhile

@@ -154,9 +154,12 @@ class GraniKVCacheManager(KVCacheManager):
             intent = self._implicit_intent(request)
         if intent is None:
             got = self._cold_hit(request)
-            if self.promoter is not None and got[1]:
-                self.promoter.observe(request, got[1])
-            return got
+            promoter = self.promoter
+            if promoter is None or not got[1] or not promoter.observe(request, got[1]):
+                return got
+            # its hit made the head due: promoted now, and this request reads it
+            if not promoter.run(self) or (intent := self._implicit_intent(request)) is None:
+                return got
         held = self.held.get(request.request_id) or self._take(request, intent)
         if held is None:
             self.hot_counters.cold_fallbacks += 1

@@ -90,10 +90,13 @@ class GraniKVSchedulerMixin:
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
         promoter = self.kv.promoter
-        # before any allocation of this step (implicit.py says why)
-        if promoter is not None and promoter.pending and promoter.run(self.kv):
-            self._publish_seeds()
+        if promoter is not None and self.kv.chunks is not None:  # (implicit.py)
+            self.kv.chunks.new_step()
+            if promoter.pending:  # heads left pending by the last step
+                promoter.run(self.kv)
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        if promoter is not None:
+            self._publish_seeds()  # promotions of this step, if any (versioned)
         dt = time.perf_counter() - t
         used = self._cold_used()
         over = used - self._cold_tokens_running() if self.step_stats.track else 0
