@@ -110,6 +110,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--commit", required=True)
+    ap.add_argument("--notes", type=Path, default=None,
+                    help="markdown appended to the tables: what the runs showed")
     a = ap.parse_args()
     off, on = offline(a.runs), online(a.runs)
     gpus = sorted({c["gpu"] for rows in (off, on) for cols in rows.values()
@@ -125,7 +127,8 @@ def main() -> None:
           "weights; every engine and server alone on the GPU, one after the other. "
           "Command: `OUT=DIR bash granikv_engine/bench/runs/unregistered.sh STEP` for each "
           "step, then `python -m granikv_engine.bench.unregistered_report --runs DIR "
-          f"--out docs/benchmarks --name {a.name} --commit {a.commit}`.", "",
+          f"--out docs/benchmarks --name {a.name} --commit {a.commit}"
+          + (f" --notes {a.notes}`." if a.notes else "`."), "",
           "\"Nothing registered\": the team context only at the start of every prompt (the "
           "system message online), no request arguments, as sent to stock. Implicit HOT "
           "on: `implicit_hot` true, `implicit_fraction` 1.0, the rest default. The ceiling "
@@ -140,6 +143,8 @@ def main() -> None:
                f"{w1['off-rereg']['tok_s']:,.0f} tok/s against {w1['off-reg']['tok_s']:,.0f} "
                f"on the fresh run on the same server: **{rereg:.3f}x** (target: within 5%).",
                ""]
+    if a.notes is not None:
+        md += [a.notes.read_text().rstrip(), ""]
     (a.out / f"{a.name}.md").write_text("\n".join(md))
     _plot(off, on, a.out / f"{a.name}.png", a.name)
     print("\n".join(md))
