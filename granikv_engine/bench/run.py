@@ -8,7 +8,8 @@ W3), ``stock-cascade``, ``granikv-paged``, ``granikv-piecewise``, ``granikv-stoc
 tensor-parallel ones
 ``tp2-stock``, ``tp2-granikv`` (Qwen2.5-14B on 2 GPUs), ``tp4-stock``, ``tp4-granikv``
 (Qwen2.5-32B on 4), and the heterogeneous agent traffic ``agents-stock`` (W6, W7 and
-their no-context ceiling runs) and ``agents-granikv``. Results land in ``--out`` as
+their no-context ceiling runs), ``agents-granikv`` and ``agents-implicit`` (nothing
+registered, implicit HOT on). Results land in ``--out`` as
 JSON; ``bench/report.py`` turns them into docs/benchmarks/ (markdown + PNG).
 
 ``--phases a+b,c`` runs ``a`` and ``b`` at the same time, each on a GPU of its own
@@ -72,6 +73,9 @@ PHASES: dict[str, list[str]] = {
                      "--workloads", "W6,W7", "--ceiling", "W6,W7"],
     "agents-granikv": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv",
                        "--workloads", "W6,W7", "--hot-slots", "48000"],
+    # the same traffic with nothing registered, implicit HOT on
+    "agents-implicit": [PY, "-m", "granikv_engine.bench.e2e", "--engine", "granikv-implicit",
+                        "--workloads", "W6/unreg,W7/unreg", "--hot-slots", "48000"],
     **{f"tp{tp}-{eng}": [PY, "-m", "granikv_engine.bench.e2e", "--engine", eng, "--model",
                          model, "--workloads", f"W1-TP{tp},W3-TP{tp}"]
        for tp, model in ((2, "qwen2.5-14b"), (4, "qwen2.5-32b"))

@@ -5,7 +5,8 @@ the registered runs as each row's ceiling, and the re-registration check.
     python -m granikv_engine.bench.unregistered_report --runs DIR --out docs/benchmarks \\
         --name 2026-12-06-unregistered --commit SHA
 
-Reads the offline results (``DIR/offline/e2e-*.json``) and the online ones
+Reads the offline results (``DIR/offline/**/e2e-*.json``; W6 and W7 with the ceiling
+of stock's no-context runs) and the online ones
 (``DIR/{stock,granikv,granikv-implicit}/online-*.json``, or gzipped); writes
 ``NAME.json`` (the rows), ``NAME.md`` (the tables, targets, commands) and ``NAME.png``
 (tok/s per side). A side that was not measured is left empty, never guessed.
@@ -28,10 +29,14 @@ def offline(d: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """{workload: {column: result}}; columns stock, off, on (nothing registered) and
     off-reg, on-reg (registered)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for path in sorted(d.glob("offline/e2e-*.json")):
+    for path in sorted((d / "offline").rglob("e2e-*.json")):
         doc = json.loads(path.read_text())
         for r in doc["results"]:
             eng = r["engine"]
+            if eng == "stock-noctx" and "ceiling" in r:  # W6, W7: bench/ceiling.py
+                out.setdefault(r["workload"], {})["ceiling"] = {
+                    "tok_s": r["ceiling"]["tok_s"], "gpu": doc["env"]["gpu"]}
+                continue
             col = {"stock": "stock", "granikv-unreg": "off", "granikv-implicit-unreg": "on",
                    "granikv": "off-reg", "granikv-implicit": "on-reg"}.get(eng)
             if col:
@@ -84,6 +89,22 @@ def _verdict(x: float | None, target: float | None) -> str:
     return f"{target}x: {'met' if x >= target else f'missed by {100 * (1 - x / target):.0f}%'}"
 
 
+def ceiling_table(rows: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """W6 and W7: GraniKV with nothing registered (implicit HOT on) against the
+    workload's ceiling (target: 85% of it)."""
+    lines = ["| workload | stock tok/s | implicit HOT on | ceiling | of the ceiling "
+             "(target 85%) |", "|---|---|---|---|---|"]
+    for w, cols in rows.items():
+        st, on, c = cols.get("stock"), cols.get("on"), cols.get("ceiling")
+        share = on["tok_s"] / c["tok_s"] if on and c else None
+        lines.append(f"| {w} | {_f((st or {}).get('tok_s')) or '-'} | "
+                     f"{_f((on or {}).get('tok_s')) or '-'}"
+                     f"{f' (**{_x(on, st):.2f}x**)' if on and st else ''} | "
+                     f"{_f((c or {}).get('tok_s')) or '-'} | "
+                     f"{'' if share is None else f'**{100 * share:.0f}%**'} |")
+    return lines
+
+
 def table(rows: dict[str, dict[str, dict[str, Any]]], targets: dict[str, Any]) -> list[str]:
     lines = ["| workload | stock tok/s | GraniKV, implicit HOT off | implicit HOT on | "
              "ceiling: registered (off / on) | TTFT p50 s: stock / off / on | "
@@ -114,11 +135,13 @@ def main() -> None:
                     help="markdown appended to the tables: what the runs showed")
     a = ap.parse_args()
     off, on = offline(a.runs), online(a.runs)
+    hetero = {w: off.pop(w) for w in [w for w in off if "ceiling" in off[w]]}
     gpus = sorted({c["gpu"] for rows in (off, on) for cols in rows.values()
                    for c in cols.values() if c.get("gpu")})
     w1 = on.get("W1-online", {})
     rereg = _x(w1.get("off-rereg"), w1.get("off-reg"))
-    doc = {"commit": a.commit, "gpus": gpus, "offline": off, "online": on,
+    doc = {"commit": a.commit, "gpus": gpus, "offline": off, "heterogeneous": hetero,
+           "online": on,
            "w1_online_after_reregistration_vs_fresh": rereg}
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.name}.json").write_text(json.dumps(doc, indent=1))
@@ -135,6 +158,8 @@ def main() -> None:
           "column is the same engine with the context registered.", "",
           "## Offline (`LLM.generate`, 256 agents at once; W5: 8)", "",
           *table(off, OFFLINE_TARGETS), "",
+          *(["## Heterogeneous agent traffic, nothing registered (offline)", "",
+              *ceiling_table(hetero), ""] if hetero else []),
           "## Through `vllm serve` (streamed chats, `stream_interval` 1, closed loop)", "",
           *table(on, ONLINE_TARGETS), ""]
     if rereg is not None:

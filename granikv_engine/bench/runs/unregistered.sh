@@ -9,6 +9,9 @@
 #                     then W1 registered
 #   offline-cold      GraniKV with implicit HOT off: W1 and W3 with nothing registered
 #                     (COLD prefix caching in hash chunks), then W1 registered
+#   agents-stock      stock vLLM offline: W6 and W7 (heterogeneous agent traffic) and their
+#                     no-context runs (the ceiling, bench/ceiling.py)
+#   agents-implicit   GraniKV with implicit HOT on: W6 and W7 with nothing registered
 #   online-stock      stock `vllm serve`: W1-online and W3-online, the context as the
 #                     system message of every request
 #   online-cold       GraniKV in `vllm serve`, implicit HOT off: W1-online sent as to stock
@@ -29,12 +32,14 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} TIME_LIMIT=${TIME_LIMIT:-100}
 export GRANIKV_BENCH_KV_GIB=${KV_GIB:-42} KV_GIB=${KV_GIB:-42}
 mkdir -p "$OUT" "$RUNS"
 
-offline() {  # LIMIT_S PHASE WORKLOADS: one engine alone on the GPU (bench/run.py)
+offline() {  # LIMIT_S PHASE WORKLOADS: one engine alone on the GPU (bench/run.py;
+  # WORKLOADS "": the phase's own)
   local dir=$RUNS/offline-$2
   timeout $(($1 + 15)) "$py" -m granikv_engine.bench.run --out "$dir" --phases "$2" \
-    --workloads "$3" --attribution none --max-num-seqs 256 --timeout "$1" | grep -E "^==|tok/s"
-  mkdir -p "$OUT/offline"
-  cp "$dir"/*.json "$dir"/*.log "$OUT/offline/" 2>/dev/null
+    ${3:+--workloads "$3"} --attribution none --max-num-seqs 256 --timeout "$1" \
+    | grep -E "^==|tok/s"
+  mkdir -p "$OUT/offline/$2"
+  cp "$dir"/*.json "$dir"/*.log "$OUT/offline/$2/" 2>/dev/null
 }
 
 online() {  # SIDE DIR WORKLOADS: one server alone on the GPU (bench/online_gpu.sh)
@@ -56,6 +61,12 @@ offline-implicit)
   ;;
 offline-cold)
   offline 320 granikv W1/unreg,W3/unreg,W1
+  ;;
+agents-stock)
+  offline 420 agents-stock ""
+  ;;
+agents-implicit)
+  offline 420 agents-implicit ""
   ;;
 online-stock)
   online stock stock "W1-online W3-online"
