@@ -67,13 +67,15 @@ class ChunkCache:
             if h in index:  # computed twice (two misses at once): one copy is cached
                 continue
             run = list(blocks[k * c:(k + 1) * c])
-            end = (k + 1) * c
             for b in run:
                 if b._block_hash is not None or b.is_null:  # not this cache's to tag
                     break
             else:
                 for b in run:
-                    b._block_hash, b._block_hash_num_tokens = h, end
+                    b._block_hash = h
+                # the tokens the hash covers: read as a maximum over a request's blocks
+                # (estimate_cached_tokens), so the chunk's last block carries it
+                b._block_hash_num_tokens = (k + 1) * c
                 index[h] = run
                 self.fresh.add(h)
         return max(cached_tokens, last * c)
@@ -93,13 +95,21 @@ class ChunkCache:
         mc = self.pool.metrics_collector
         if mc:
             mc.on_block_evicted(block)
+        return self.drop(block)
+
+    def drop(self, block: KVCacheBlock) -> bool:
+        """Uncache the chunk ``block`` belongs to, if it carries a hash."""
         h = block._block_hash
         if h is None:
             return False
         run = self.index.pop(h, None)
-        for b in run or (block,):
-            b.reset_hash()
-        self.evictions += run is not None
+        if run is None:
+            block._block_hash = block._block_hash_num_tokens = None
+            return True
+        for b in run:
+            b._block_hash = None
+        run[-1]._block_hash_num_tokens = None  # only the last block carries it
+        self.evictions += 1
         return True
 
     def clear(self) -> None:

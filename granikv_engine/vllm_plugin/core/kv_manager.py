@@ -31,6 +31,7 @@ from vllm.v1.request import Request
 
 from granikv_engine.hot_pool import SlotRange
 from granikv_engine.prefix_registry import PrefixRecord, PrefixRegistry, PrefixState
+from granikv_engine.vllm_plugin.core import pool_loops
 from granikv_engine.vllm_plugin.core.binding import starts_with
 from granikv_engine.vllm_plugin.core.chunk_cache import ChunkCache
 from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED, allocate_running, plain_manager
@@ -121,7 +122,10 @@ class GraniKVCacheManager(KVCacheManager):
             single.cache_blocks = _chunk_cacher(single, me.chunks)  # type: ignore[method-assign]
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
         me._hot_ids_key, me._hot_ids = (0, 0), []
-        _patch_touch(me.block_pool)
+        if me.chunks is not None:  # the pool's per-block loops in one pass each
+            pool_loops.install(me.block_pool, me.chunks.drop, _hot_len)
+        else:
+            _patch_touch(me.block_pool)
         for single in me.coordinator.single_type_managers:
             single._get_num_evictable_blocks = _evictable_counter(arena, me.chunk)  # type: ignore[method-assign]
         return me
@@ -347,6 +351,10 @@ def _chunk_cacher(single: Any, chunks: ChunkCache) -> Any:
                 request.block_hashes, single.req_to_blocks[rid], done, num_tokens)
 
     return cache_blocks
+
+
+def _hot_len(blocks: Sequence[KVCacheBlock]) -> int:
+    return blocks.hot_len if isinstance(blocks, HotRun) else 0
 
 
 def _patch_touch(block_pool: Any) -> None:
