@@ -13,17 +13,16 @@ from typing import Any
 
 import pytest
 import torch
-from vllm import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.request import Request, RequestStatus
 
 from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import PrefixRegistry
 from granikv_engine.vllm_plugin.core import kv_manager as kvm
 from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED
+from tests.vllm_plugin.twin_driver import drive
 
 MAX_LEN = 160
 
@@ -63,18 +62,6 @@ def _cached(pool: Any, h: Any) -> list[Any]:
     return list(got.values()) if isinstance(got, dict) else [got]
 
 
-class Twin:
-    """One request as each manager sees it (requests carry their own state)."""
-
-    def __init__(self, rid: str, prompt: list[int], hasher: Any) -> None:
-        sp = SamplingParams(max_tokens=MAX_LEN)
-        self.reqs = [Request(rid, list(prompt), sp, None, block_hasher=hasher)
-                     for _ in range(2)]
-
-    def each(self, fn: Any) -> list[Any]:
-        return [fn(i, r) for i, r in enumerate(self.reqs)]
-
-
 @pytest.mark.parametrize("seed,zeroing,events",
                          [(s, s % 2 == 1, s % 3 != 0) for s in range(6)])
 def test_the_fast_path_leaves_every_piece_of_state_as_vllms_own(
@@ -96,64 +83,14 @@ def test_the_fast_path_leaves_every_piece_of_state_as_vllms_own(
     kvs = [_manager(True, 420, zeroing, events), _manager(False, 420, zeroing, events)]
     prefixes = [[rng.randrange(3, 500) for _ in range(rng.randrange(5, 40))]
                 for _ in range(3)]
-    running: list[Twin] = []
-    waiting: list[Twin] = []
-    n = 0
-    for _ in range(900):
-        op = rng.random()
-        if op < 0.08 or not (running or waiting):  # a new request, often on a prefix
-            base = rng.choice(prefixes) if rng.random() < 0.7 else []
-            prompt = base + [rng.randrange(3, 500) for _ in range(rng.randrange(1, 50))]
-            waiting.append(Twin(f"r{n}", prompt, hasher))
-            n += 1
-            continue
-        if op < 0.2 and waiting:  # admit the oldest waiting request, as the scheduler
-            t = waiting[0]
-            chunk = rng.randrange(1, 64)
 
-            def admit(i: int, r: Request, chunk: int = chunk) -> Any:
-                blocks, hit = kvs[i].get_computed_blocks(r)[:2]
-                new = min(chunk, r.num_tokens - hit)
-                got = kvs[i].allocate_slots(r, new, num_new_computed_tokens=hit,
-                                            new_computed_blocks=blocks)
-                if got is not None:
-                    r.status = RequestStatus.RUNNING
-                    r.num_computed_tokens = hit + new
-                return None if got is None else got.get_block_ids()
+    def prompt() -> list[int]:  # often on a prefix
+        base = rng.choice(prefixes) if rng.random() < 0.7 else []
+        return base + [rng.randrange(3, 500) for _ in range(rng.randrange(1, 50))]
 
-            outs = t.each(admit)
-            assert outs[0] == outs[1]
-            if outs[0] is not None:
-                running.append(waiting.pop(0))
-        elif op < 0.25 and running:  # a request finishes
-            t = running.pop(rng.randrange(len(running)))
-            t.each(lambda i, r: kvs[i].free(r))
-        elif running:  # a step for a running request: a prefill chunk, or decode
-            t = running[rng.randrange(len(running))]
-            left = t.reqs[0].num_tokens - t.reqs[0].num_computed_tokens
-            new = rng.randrange(1, left + 1) if left > 1 else 1
-            tok = rng.randrange(3, 500)
-
-            def step(i: int, r: Request, new: int = new, tok: int = tok) -> Any:
-                got = kvs[i].allocate_slots(r, new, num_lookahead_tokens=0)
-                if got is None:
-                    return None
-                r.num_computed_tokens += new
-                if r.num_computed_tokens == r.num_tokens:  # the step sampled a token
-                    r.append_output_token_ids(tok)
-                return got.get_block_ids()
-
-            outs = t.each(step)
-            assert outs[0] == outs[1]
-            if outs[0] is None or t.reqs[0].num_tokens >= MAX_LEN - 1:  # preempt / done
-                running.remove(t)
-                t.each(lambda i, r: kvs[i].free(r))
-                if outs[0] is None:
-                    for r in t.reqs:
-                        r.status = RequestStatus.PREEMPTED
-                        r.num_computed_tokens = 0
-                    waiting.append(t)
-        live = [t.reqs[0].request_id for t in running]
+    def check(live: list[str]) -> None:
         assert _state(kvs[0], live) == _state(kvs[1], live)
+
+    drive(kvs, rng, 900, prompt, hasher, MAX_LEN, check)
     assert sum(fast_calls) >= 150, sum(fast_calls)  # the fast path did run
     assert not all(fast_calls)  # and handed other calls to the stock path
