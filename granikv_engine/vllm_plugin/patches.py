@@ -42,6 +42,7 @@ class Internal:
 _CORE = "vllm.v1.engine.core"
 _RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
 _SINGLE = "vllm.v1.core.single_type_kv_cache_manager:SingleTypeKVCacheManager"
+_QUEUE = "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue"
 
 INTERNALS: tuple[Internal, ...] = (
     # plugin start-up, every process (apply() below)
@@ -62,6 +63,11 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(f"{_RUNNER}.cascade_attn_enabled", "reads", "worker.cuda_graphs"),
     Internal(f"{_RUNNER}.attn_groups", "reads", "worker.runner_binding"),
     Internal(f"{_RUNNER}.input_batch", "reads", "worker.host_table"),
+    Internal("vllm.v1.worker.block_table:MultiGroupBlockTable.compute_slot_mapping",
+             "calls", "worker.warm_kernels",
+             ("self", "num_reqs", "query_start_loc", "positions")),
+    Internal("vllm.v1.worker.block_table:MultiGroupBlockTable.block_tables", "reads",
+             "worker.warm_kernels"),
     Internal("vllm.v1.worker.block_table:BlockTable.get_cpu_tensor", "calls",
              "worker.host_table",
              ("self",)),
@@ -80,8 +86,23 @@ INTERNALS: tuple[Internal, ...] = (
              "the scheduler's instance)", "core.kv_manager"),
     Internal(f"{_SINGLE}._get_num_evictable_blocks", "replaces", "core.kv_manager",
              ("blocks",)),
-    Internal("vllm.v1.core.block_pool:BlockPool.touch", "replaces", "core.kv_manager",
-             ("self", "blocks")),
+    Internal("vllm.v1.core.block_pool:BlockPool.touch", "replaces",
+             "core.kv_manager, core.pool_loops", ("self", "blocks")),
+    Internal("vllm.v1.core.block_pool:BlockPool.get_new_blocks", "replaces",
+             "core.pool_loops", ("self", "num_blocks")),
+    Internal("vllm.v1.core.block_pool:BlockPool.free_blocks", "replaces",
+             "core.pool_loops", ("self", "ordered_blocks")),
+    Internal("vllm.v1.core.block_pool:BlockPool.metrics_collector", "reads",
+             "core.pool_loops"),
+    Internal("vllm.v1.core.block_pool:BlockPool.enable_kv_cache_events", "reads",
+             "core.pool_loops"),
+    Internal(f"{_QUEUE}.fake_free_list_head", "reads and links", "core.pool_loops"),
+    Internal(f"{_QUEUE}.fake_free_list_tail", "reads and links", "core.pool_loops"),
+    Internal(f"{_QUEUE}.num_free_blocks", "reads and writes", "core.pool_loops"),
+    Internal("vllm.v1.core.kv_cache_utils:KVCacheBlock.prev_free_block",
+             "reads and writes", "core.pool_loops"),
+    Internal("vllm.v1.core.kv_cache_utils:KVCacheBlock.next_free_block",
+             "reads and writes", "core.pool_loops"),
     Internal("vllm.v1.core.block_pool:BlockPool._insert_block_hash", "calls",
              "core.fast_alloc",
              ("self", "block_hash_with_group_id", "block", "num_tokens")),
@@ -194,7 +215,8 @@ def apply() -> None:
 def _hook_model_runner() -> None:
     """After the (V1) model runner builds its attention builders and input batch, give
     the GraniKV builders the host block table, so building a step never syncs the GPU,
-    and let decode steps that need no cascade replay FULL CUDA graphs (cuda_graphs.py).
+    let decode steps that need no cascade replay FULL CUDA graphs (cuda_graphs.py), and
+    compile vLLM's slot-mapping kernel for block size 1 (warm_kernels.py).
     The CPU model runner is a GPUModelRunner too."""
     try:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -215,9 +237,11 @@ def _hook_model_runner() -> None:
     def initialize_kv_cache(self: Any, *args: Any, **kwargs: Any) -> None:
         stock(self, *args, **kwargs)
         from granikv_engine.vllm_plugin.worker.runner_binding import bind_host_block_tables
+        from granikv_engine.vllm_plugin.worker.warm_kernels import warm_slot_mapping
 
         if bind_host_block_tables(self):
             cuda_graphs.enable(self)
+            warm_slot_mapping(self)
 
     cuda_graphs.install(GPUModelRunner)
 
