@@ -54,10 +54,9 @@ def _manager(block: int, chunk: int, num_blocks: int, one_pass: bool = True) -> 
         pool = kv.block_pool
         kv = kvm.GraniKVCacheManager.adopt(
             kv, PrefixRegistry(HotPool(arena.start, arena.length)), arena, True, chunk)
-        if not one_pass:  # the pool's own per-block loops (the touch that skips HOT)
+        if not one_pass:  # the pool's own per-block loops (no HOT hit here to skip)
             for name in ("get_new_blocks", "free_blocks", "touch"):
                 vars(pool).pop(name, None)
-            kvm._patch_touch(pool)
     return kv
 
 

@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.gpu,
 HEAD = 700  # 43 whole chunks of 16: 688 tokens promoted
 
 
-def _engine(tmp: Path, granikv: bool) -> Any:
+def _engine(tmp: Path, granikv: bool, **extra: Any) -> Any:
+    """``extra``: more engine arguments."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     # run alone, nothing has initialized CUDA here before vLLM forks its engine core
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
@@ -49,7 +50,7 @@ def _engine(tmp: Path, granikv: bool) -> Any:
             "implicit_hot": True, "implicit_min_len": 64, "implicit_min_hits": 2}}
     else:
         kw["block_size"] = 16
-    llm = LLM(**kw)
+    llm = LLM(**kw, **extra)
     llm.collective_rpc("granikv_reinit_weights")
     return llm
 

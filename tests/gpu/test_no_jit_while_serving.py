@@ -3,7 +3,8 @@ vLLM's JIT monitor is set to raise, so a Triton compilation after the warm-up fa
 request that caused it. The steps cover what a GraniKV step can be: a registration's
 fill, prefills and decodes of one team and of several at once (the cascade with one and
 with several HOT groups, so the merge by index), plain requests (the paged kernel), an
-implicit promotion (block copies), and batch sizes in and out of the captured graphs.
+implicit promotion (block copies), and decode batches of 1 to 40 rows (FULL graphs and
+piecewise steps). The engine is test_implicit_gpu.py's.
 
 vLLM's own warm-up compiles its slot-mapping kernel at block sizes 3 and 16 only; on the
 GPU runs of 2026-12-06 every GraniKV engine compiled it at its first step
@@ -11,44 +12,16 @@ GPU runs of 2026-12-06 every GraniKV engine compiled it at its first step
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
-from tests.gpu.test_engine_graphs import MODEL, _run, _tokens
+from tests.gpu.test_engine_graphs import _run, _tokens
+from tests.gpu.test_implicit_gpu import _engine
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _engine(tmp: Path) -> Any:
-    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    from vllm import LLM
-
-    from granikv_engine.vllm_plugin.worker.worker_ext import EXTENSION
-
-    pts = [{"num_rows": r, "hot_len": lp, "q_per_row": q,
-            "cascade_us": 10.0 if r >= 3 else 100.0, "paged_us": 50.0}
-           for r in (1, 2, 3, 8, 32) for lp in (64, 256, 1024) for q in (1, 64)]
-    cal = tmp / "calibration.json"
-    cal.write_text(json.dumps({"meta": {"note": "test table"}, "points": pts}))
-    llm = LLM(model=MODEL, load_format="dummy", skip_tokenizer_init=True,
-              max_model_len=3072, dtype="bfloat16", seed=0, max_num_seqs=64,
-              enable_prefix_caching=True, gpu_memory_utilization=0.12,
-              worker_extension_cls=EXTENSION, jit_monitor_mode="error",
-              jit_monitor_verbose=True,
-              compilation_config={"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]},
-              kernel_config={"enable_flashinfer_autotune": False},
-              additional_config={"granikv": {
-                  "enabled": True, "hot_slots": 8192, "calibration_path": str(cal),
-                  "implicit_hot": True, "implicit_min_len": 64, "implicit_min_hits": 2}})
-    llm.collective_rpc("granikv_reinit_weights")
-    return llm
 
 
 def test_serving_every_kind_of_step_compiles_nothing(tmp_path: Path) -> None:
@@ -57,12 +30,13 @@ def test_serving_every_kind_of_step_compiles_nothing(tmp_path: Path) -> None:
 
     from granikv_engine.vllm_plugin.client import bind_args, control, register
 
-    llm = _engine(tmp_path)
+    llm = _engine(tmp_path, granikv=True, jit_monitor_mode="error",
+                  jit_monitor_verbose=True)
     try:
         ctx = {t: _tokens(40 + i, 300 + 200 * i) for i, t in enumerate(("red", "blue"))}
         for team, toks in ctx.items():
             assert register(llm, team, toks, prefix_id=f"{team}-ctx")["state"] == "ready"
-        one = [ctx["red"] + _tokens(100 + j, 8 + j) for j in range(40)]  # 40: past graphs
+        one = [ctx["red"] + _tokens(100 + j, 8 + j) for j in range(40)]  # 40 rows at once
         _run(llm, one, 12, bind_args("red", "red-ctx"))
         _run(llm, [ctx["blue"] + _tokens(150, 11)], 8, bind_args("blue", "blue-ctx"))  # 1 row
         mixed = [(ctx[t] + _tokens(200 + j, 5 + 2 * j), t) for j in range(12) for t in ctx]

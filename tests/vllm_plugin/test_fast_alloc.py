@@ -12,36 +12,21 @@ import random
 from typing import Any
 
 import pytest
-import torch
 from vllm.utils.hashing import sha256
-from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
-from granikv_engine.hot_pool import HotPool
-from granikv_engine.prefix_registry import PrefixRegistry
 from granikv_engine.vllm_plugin.core import kv_manager as kvm
 from granikv_engine.vllm_plugin.core.fast_alloc import NOT_HANDLED
-from tests.vllm_plugin.twin_driver import drive
+from tests.vllm_plugin.twin_driver import drive, granikv_manager
 
 MAX_LEN = 160
 
 
 def _manager(fast: bool, num_blocks: int, zeroing: bool,
              events: bool = True) -> kvm.GraniKVCacheManager:
-    spec = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8, dtype=torch.float32)
-    cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                        kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
-    kv = KVCacheManager(cfg, max_model_len=MAX_LEN, scheduler_block_size=1,
-                        hash_block_size=1, enable_caching=True,
-                        enable_kv_cache_events=events)
-    arena = kvm.reserve_arena(kv.block_pool, 16)
-    # vLLM records new blocks for the worker to zero only beside Mamba layers, which
-    # GraniKV's one KV group never has; forced here so both paths' records are compared
-    kv.coordinator.single_type_managers[0]._record_new_block_ids = zeroing
-    return kvm.GraniKVCacheManager.adopt(kv, PrefixRegistry(HotPool(arena.start,
-                                                                    arena.length)),
-                                         arena, fast_alloc=fast)
+    # zeroing forced, so that both paths' records of blocks to zero are compared
+    return granikv_manager(num_blocks, MAX_LEN, fast_alloc=fast, events=events,
+                           zeroing=zeroing)
 
 
 def _state(kv: kvm.GraniKVCacheManager, live: list[str]) -> Any:

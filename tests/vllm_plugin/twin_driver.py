@@ -1,4 +1,5 @@
-"""One random sequence of KV-manager calls, driven through two managers at once, as the
+"""GraniKV KV managers without a model, and one random sequence of KV-manager calls
+driven through two managers at once, as the
 scheduler makes them: admissions (with prefix-cache hits), prefill chunks, decode steps,
 preemptions when the pool runs dry, and finishes. Both managers must answer each call
 alike; ``check`` compares their state after every call."""
@@ -10,8 +11,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from vllm import SamplingParams
+from vllm.v1.core.kv_cache_manager import KVCacheManager
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.request import Request, RequestStatus
+
+from granikv_engine.hot_pool import HotPool
+from granikv_engine.prefix_registry import PrefixRegistry
+from granikv_engine.vllm_plugin.core import kv_manager as kvm
+
+
+def granikv_manager(num_blocks: int, max_len: int, *, hash_chunk: int = 1,
+                    fast_alloc: bool = True, events: bool = False,
+                    zeroing: bool | None = None) -> kvm.GraniKVCacheManager:
+    """A GraniKV KV manager on vLLM's real block pool at block size 1, with a 16-block
+    HOT arena. ``zeroing``: force the record of new blocks for the worker to zero (vLLM
+    keeps it only beside Mamba layers, which GraniKV's one KV group never has)."""
+    spec = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                        kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
+    kv = KVCacheManager(cfg, max_model_len=max_len, scheduler_block_size=1,
+                        hash_block_size=1, enable_caching=True,
+                        enable_kv_cache_events=events)
+    arena = kvm.reserve_arena(kv.block_pool, 16)
+    if zeroing is not None:
+        kv.coordinator.single_type_managers[0]._record_new_block_ids = zeroing
+    return kvm.GraniKVCacheManager.adopt(
+        kv, PrefixRegistry(HotPool(arena.start, arena.length)), arena,
+        fast_alloc=fast_alloc, hash_chunk=hash_chunk)
 
 
 class Twin:

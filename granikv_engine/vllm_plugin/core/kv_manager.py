@@ -122,10 +122,9 @@ class GraniKVCacheManager(KVCacheManager):
             single.cache_blocks = _chunk_cacher(single, me.chunks)  # type: ignore[method-assign]
         me.intents, me.held, me.hot_counters = {}, {}, HotCounters()
         me._hot_ids_key, me._hot_ids = (0, 0), []
-        if me.chunks is not None:  # the pool's per-block loops in one pass each
-            pool_loops.install(me.block_pool, me.chunks.drop, _hot_len)
-        else:
-            _patch_touch(me.block_pool)
+        # the pool's per-block loops in one pass each; touch skips a hit's HOT head
+        pool_loops.install(me.block_pool, _hot_len,
+                           me.chunks.drop if me.chunks is not None else None)
         for single in me.coordinator.single_type_managers:
             single._get_num_evictable_blocks = _evictable_counter(arena, me.chunk)  # type: ignore[method-assign]
         return me
@@ -354,19 +353,8 @@ def _chunk_cacher(single: Any, chunks: ChunkCache) -> Any:
 
 
 def _hot_len(blocks: Sequence[KVCacheBlock]) -> int:
+    """How many leading blocks of a hit are HOT (``touch`` skips them)."""
     return blocks.hot_len if isinstance(blocks, HotRun) else 0
-
-
-def _patch_touch(block_pool: Any) -> None:
-    """``touch`` skips the HOT head of a ``HotRun``: O(1) per hit instead of O(Lp)."""
-    stock = block_pool.touch
-
-    def touch(blocks: Sequence[KVCacheBlock]) -> None:
-        if isinstance(blocks, HotRun):
-            blocks = blocks[blocks.hot_len:]
-        stock(blocks)
-
-    block_pool.touch = touch
 
 
 def _evictable_counter(arena: SlotRange, chunk: int) -> Any:

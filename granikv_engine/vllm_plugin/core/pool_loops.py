@@ -1,5 +1,5 @@
-"""vLLM's ``BlockPool`` per-block loops, each done in one pass, for COLD prefix caching
-in chunks.
+"""vLLM's ``BlockPool`` per-block loops, each done in one pass, and ``touch`` that skips
+a hit's HOT head.
 
 At block size 1 every token is a block, so the pool's per-block Python is paid per
 token: ``get_new_blocks`` walks the free queue in ``popleft_n``, then walks the blocks
@@ -9,11 +9,14 @@ reference; ``free_blocks`` sorts the blocks into two lists, then ``prepend_n`` a
 ``remove`` for each block. Stock vLLM at block 16 pays the same per 16 tokens.
 
 Here each is one loop that does the same updates to the same objects: the free queue's
-links and count, each block's reference count, and the chunk cache's eviction of a
-reused block (``ChunkCache.evict``, called only for a block that carries a hash: with
-chunked caching, a block's hash is the only place the cache marks it). The results are
-the stock calls' results, in the same order; ``tests/vllm_plugin/test_pool_loops.py``
-runs random sequences through both and compares the queue, every block and the cache.
+links and count, each block's reference count, and, with COLD caching in chunks, the
+chunk cache's eviction of a reused block (``ChunkCache.drop``, called only for a block
+that carries a hash: a block's hash is the only place the chunk cache marks it). With
+vLLM's own prefix cache (one hash a token) ``get_new_blocks`` stays vLLM's, whose
+eviction looks up every block. ``touch`` skips a ``HotRun``'s HOT head (those blocks
+hold their own references): O(1) per HOT hit instead of O(Lp). The results are the stock
+calls' results, in the same order; ``tests/vllm_plugin/test_pool_loops.py`` runs random
+sequences through both and compares the queue, every block and the cache.
 
 The stock call runs instead whenever something else watches blocks: a KV-cache metrics
 collector or KV-cache events.
@@ -28,12 +31,14 @@ from typing import Any
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
 
 
-def install(pool: Any, evict: Callable[[KVCacheBlock], Any],
-            hot_len: Callable[[Sequence[KVCacheBlock]], int]) -> None:
-    """Replace ``pool``'s ``get_new_blocks``, ``free_blocks`` and ``touch`` on this
-    instance. ``evict(block)``: drop the cached chunk of a block about to be reused (the
-    block carries a hash). ``hot_len(blocks)``: how many leading blocks ``touch`` skips
-    (HOT blocks, which hold their own references)."""
+def install(pool: Any, hot_len: Callable[[Sequence[KVCacheBlock]], int],
+            evict: Callable[[KVCacheBlock], Any] | None = None) -> None:
+    """Replace ``pool``'s ``free_blocks`` and ``touch`` on this instance, and with
+    ``evict`` its ``get_new_blocks``. ``hot_len(blocks)``: how many leading blocks
+    ``touch`` skips. ``evict(block)``: drop the cached chunk of a block about to be
+    reused (the block carries a hash); None: vLLM's prefix cache, and its own
+    ``get_new_blocks``."""
+    drop = evict or _no_chunks
     queue = pool.free_block_queue
     head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
     stock_new, stock_free, stock_touch = pool.get_new_blocks, pool.free_blocks, pool.touch
@@ -57,7 +62,7 @@ def install(pool: Any, evict: Callable[[KVCacheBlock], Any],
             nxt = block.next_free_block
             block.prev_free_block = block.next_free_block = None
             if block._block_hash is not None:
-                evict(block)
+                drop(block)
             if block.ref_cnt:
                 raise RuntimeError(f"free block {block.block_id} has references")
             block.ref_cnt = 1
@@ -121,6 +126,11 @@ def install(pool: Any, evict: Callable[[KVCacheBlock], Any],
             block.ref_cnt = rc + 1
         queue.num_free_blocks -= removed
 
-    pool.get_new_blocks = get_new_blocks
+    if evict is not None:
+        pool.get_new_blocks = get_new_blocks
     pool.free_blocks = free_blocks
     pool.touch = touch
+
+
+def _no_chunks(block: KVCacheBlock) -> None:
+    raise AssertionError("get_new_blocks is vLLM's own without a chunk cache")
