@@ -215,6 +215,24 @@ class LimitsConfig(_Strict):
                             "request that gives none gets vLLM's default (the room left "
                             "in max_model_len).")
     max_choices: int = Field(8, ge=1, description="Largest n and best_of (400 above).")
+    # Fields whose cost is paid for every generated token, in the output path or the
+    # engine core that every team's requests share (limits.per_token_work).
+    max_stop: int = Field(16, ge=0, description="Most `stop` strings a request may give "
+                          "(400 above); each is searched for after every token.")
+    max_stop_chars: int = Field(1024, ge=0, description="Largest total length of a "
+                                "request's `stop` strings, in characters (400 above).")
+    max_stop_token_ids: int = Field(64, ge=0, description="Most `stop_token_ids` (400 "
+                                    "above); the engine core scans them after every token.")
+    max_bad_words: int = Field(64, ge=0, description="Most `bad_words` (400 above); each is "
+                               "matched against the output before every token.")
+    max_bad_words_chars: int = Field(1024, ge=0, description="Largest total length of a "
+                                     "request's `bad_words`, in characters (400 above).")
+    max_logit_bias: int = Field(300, ge=0, description="Most `logit_bias` entries (400 "
+                                "above); applied to the logits of every step.")
+    max_repetition_pattern: int = Field(64, ge=0, description="Largest "
+                                        "`repetition_detection.max_pattern_size` (400 "
+                                        "above); the engine core checks every pattern size "
+                                        "up to it after every token.")
 
 
 class RegistryConfig(_Strict):

@@ -7,6 +7,12 @@
   completion (HTTP routes and the agents' Serve-handle calls alike). The limit caps what
   a request asks for; a request that asks for nothing gets vLLM's default (what fits in
   max_model_len after its prompt), as from ``vllm serve``.
+- Per-token work: ``per_token_work`` (from ``generation_body``). Some fields cost work
+  for every token generated, in the output path or the engine core that every team's
+  requests share: a request with 100,000 ``stop`` strings slows every other team's
+  streams. Their count and size are bounded (``stop``, ``stop_token_ids``,
+  ``bad_words``, ``logit_bias``, ``repetition_detection``); vLLM itself bounds
+  ``logprobs``, ``top_logprobs`` and ``logprob_token_ids`` (``max_logprobs``).
 - Prompt and prefix tokens: counted where the tokens are known, in the replica
   (``EngineHost`` after the chat template; ``LLMReplica`` for prefixes).
 """
@@ -84,7 +90,45 @@ def generation_body(body: dict[str, Any], limits: LimitsConfig) -> dict[str, Any
         if _number(value) and value > limit:
             raise LimitExceeded(f"{key} {value} exceeds this platform's limit "
                                 f"({limit}, limits.{name})")
+    per_token_work(body, limits)
     return body
+
+
+def per_token_work(body: dict[str, Any], limits: LimitsConfig) -> None:
+    """LimitExceeded when a field paid for at every generated token is over its limit.
+
+    Only well-typed values are counted; vLLM's own validation answers the others (422)."""
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop
+    if isinstance(stops, list):
+        _at_most("stop", "strings", len(stops), limits.max_stop, "max_stop")
+        _at_most("stop", "characters in all", _chars(stops), limits.max_stop_chars,
+                 "max_stop_chars")
+    words = body.get("bad_words")
+    if isinstance(words, list):
+        _at_most("bad_words", "words", len(words), limits.max_bad_words, "max_bad_words")
+        _at_most("bad_words", "characters in all", _chars(words),
+                 limits.max_bad_words_chars, "max_bad_words_chars")
+    for key, limit, name in (("stop_token_ids", limits.max_stop_token_ids,
+                              "max_stop_token_ids"),
+                             ("logit_bias", limits.max_logit_bias, "max_logit_bias")):
+        value = body.get(key)
+        if isinstance(value, list | dict):
+            _at_most(key, "entries", len(value), limit, name)
+    detection = body.get("repetition_detection")
+    if isinstance(detection, dict) and _number(size := detection.get("max_pattern_size")):
+        _at_most("repetition_detection.max_pattern_size", "tokens", size,
+                 limits.max_repetition_pattern, "max_repetition_pattern")
+
+
+def _at_most(key: str, what: str, value: int | float, limit: int, name: str) -> None:
+    if value > limit:
+        raise LimitExceeded(f"{key}: {value} {what} exceeds this platform's limit "
+                            f"({limit}, limits.{name})")
+
+
+def _chars(values: list[Any]) -> int:
+    return sum(len(v) for v in values if isinstance(v, str))
 
 
 def _number(value: Any) -> TypeGuard[int | float]:
