@@ -57,6 +57,12 @@ def conversation(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     return [HumanMessage(head), *rest]
 
 
+def roles_and_texts(messages: Sequence[BaseMessage]) -> tuple[tuple[str, str], ...]:
+    """``(role, text)`` pairs as a turn without tools sends them (a tool result as a
+    user message)."""
+    return tuple((_ROLES.get(m.type, "user"), str(m.content)) for m in messages)
+
+
 class TeamChatModel(BaseChatModel):
     """The team's model; ``max_tokens``/``temperature``/``seed`` as ChatOpenAI's."""
 
@@ -127,7 +133,7 @@ class TeamChatModel(BaseChatModel):
 
     def _request(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> TurnRequest:
         said = conversation(messages)
-        turn = tuple((_ROLES.get(m.type, "user"), str(m.content)) for m in said)
+        turn = roles_and_texts(said)
         tools = tuple(kwargs.get("tools") or ())
         with_tools = bool(tools) or any(
             isinstance(m, ToolMessage) or (isinstance(m, AIMessage) and m.tool_calls)

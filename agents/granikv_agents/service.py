@@ -38,6 +38,7 @@ from granikv_agents.store import RunRecord
 from granikv_agents.team import Team
 from granikv_agents.threads.api import ThreadApi
 from granikv_agents.threads.executor import ThreadExecutor
+from granikv_agents.threads.fit import ReplicaFit
 from granikv_platform.protocol import ErrorItem, Item, JsonItem, SseItem, error_item
 
 
@@ -45,7 +46,7 @@ class RunService:
     # Serve runs async constructors; the platform's LLMReplica does the same.
     async def __init__(self, llm: Any, config: dict[str, Any],  # type: ignore[misc]
                        options: dict[str, Any]) -> None:
-        # ``config`` was validated by the platform's build_app; reading two fields here
+        # ``config`` was validated by the platform's build_app; reading three fields here
         # spares this replica the validation's vLLM import.
         self.opts = AgentsOptions.model_validate(options)
         self.model = str(config["model"]["model_id"])
@@ -56,9 +57,10 @@ class RunService:
             self.opts.retry.config(), self.opts.drain_s))
         if self.opts.auto_resume:
             await self.executor.recover()
+        fit = ReplicaFit(llm, self.model, (config.get("limits") or {}).get("max_prompt_tokens"))
         threads = await self._stack.enter_async_context(ThreadExecutor.open(
             self.opts.threads_store(str(config.get("name", "granikv"))), self._assistants,
-            self._run_context, self.opts.auto_resume))
+            self._run_context, self.opts.auto_resume, fit))
         self.threads_api = ThreadApi(threads, self._described, self.opts.sse_ping_s)
 
     @staticmethod

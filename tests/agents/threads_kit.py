@@ -16,7 +16,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from granikv_agents.graph import RunContext
 from granikv_agents.spec import TeamSpec
@@ -144,3 +144,33 @@ async def serve_until_killed(url: str, thread_id: str, assistants: Any) -> None:
         await ex.create_run("t", thread_id, {"assistant_id": "tools", "input": {
             "messages": [{"role": "user", "content": "Count: a b c"}]}})
         await asyncio.Event().wait()
+
+
+class Held(BaseChatModel):
+    """Answers ``answer to <last message>`` once ``gate`` is set; records each call's
+    last message. ``fail``: raise instead, for messages that contain it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    gate: asyncio.Event = Field(default_factory=asyncio.Event)
+    calls: list[str] = Field(default_factory=list)
+    fail: str | None = None
+
+    @property
+    def _llm_type(self) -> str:
+        return "held"
+
+    def bind_tools(self, tools: Any, **kw: Any) -> Held:  # type: ignore[override]
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None,
+                  run_manager: Any = None, **kw: Any) -> ChatResult:
+        raise NotImplementedError("async only")
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None,
+                         run_manager: Any = None, **kw: Any) -> ChatResult:
+        last = str(messages[-1].content)
+        self.calls.append(last)
+        await self.gate.wait()
+        if self.fail is not None and self.fail in last:
+            raise ValueError(f"the model refused {last!r}")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(f"answer to {last}"))])

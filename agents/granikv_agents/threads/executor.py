@@ -33,6 +33,7 @@ from granikv_agents.graph import RunContext
 from granikv_agents.graphs import team_graph
 from granikv_agents.team import Team
 from granikv_agents.threads.checkpoints import config_of, read_history, read_state, write_state
+from granikv_agents.threads.fit import PromptFit, new_messages, prompt_messages
 from granikv_agents.threads.options import run_kwargs
 from granikv_agents.threads.slots import RunSlots
 from granikv_agents.threads.store import (
@@ -67,13 +68,21 @@ class Conflict(ThreadError):
     status = 409
 
 
+class TooLong(ThreadError):
+    """The run's messages cannot fit the model: refused before anything is stored."""
+
+    status = 400
+
+
 class ThreadExecutor:
     def __init__(self, store: ThreadStore, saver: BaseCheckpointSaver[Any],
-                 assistants: Assistants, context_of: ContextOf) -> None:
+                 assistants: Assistants, context_of: ContextOf,
+                 fit: PromptFit | None = None) -> None:
         self.store = store
         self.saver = saver
         self.assistants = assistants
         self.context_of = context_of
+        self.fit = fit  # None: a run's length is not checked before it is stored
         self.slots = RunSlots(self._drive)
         self._wake = asyncio.Condition()
         self._stopping = False
@@ -81,12 +90,15 @@ class ThreadExecutor:
     @classmethod
     @asynccontextmanager
     async def open(cls, url: str, assistants: Assistants, context_of: ContextOf,
-                   auto_resume: bool = True) -> AsyncIterator[ThreadExecutor]:
-        """``url``: a SQLite file or a ``postgresql://`` database (store + checkpoints)."""
+                   auto_resume: bool = True, fit: PromptFit | None = None
+                   ) -> AsyncIterator[ThreadExecutor]:
+        """``url``: a SQLite file or a ``postgresql://`` database (store + checkpoints);
+        ``fit``: the model's length check of a run's messages (``threads/fit.py``)."""
         db = await open_database(url)
         try:
             async with open_checkpointer(url) as saver:
-                ex = cls(await ThreadStore.open(db, saver), saver, assistants, context_of)
+                ex = cls(await ThreadStore.open(db, saver), saver, assistants, context_of,
+                         fit)
                 try:
                     await ex._recover(auto_resume)
                     yield ex
@@ -153,14 +165,16 @@ class ThreadExecutor:
                            checkpoint_id: str | None = None) -> dict[str, Any]:
         """A new checkpoint with ``values`` applied as if ``as_node`` wrote them."""
         rec = await self.thread(team, thread_id)
-        self._idle(rec)
         if rec.assistant_id is None:
             raise Conflict(f"thread {thread_id!r} has no runs yet: its graph is not known "
                            "(run an assistant on it first)")
-        ref, pending = await write_state(self.graph(team, rec.assistant_id),
-                                         rec.checkpoint_thread, thread_id, values, as_node,
-                                         checkpoint_id)
-        await self.store.set_thread(team, thread_id, "interrupted" if pending else "idle")
+        async with self.slots.admission(rec.checkpoint_thread):  # no run starts meanwhile
+            self._idle(rec)
+            ref, pending = await write_state(self.graph(team, rec.assistant_id),
+                                             rec.checkpoint_thread, thread_id, values,
+                                             as_node, checkpoint_id)
+            await self.store.set_thread(team, thread_id,
+                                        "interrupted" if pending else "idle")
         return ref
 
     async def update_thread(self, team: str, thread_id: str,
@@ -187,14 +201,12 @@ class ThreadExecutor:
         and its checkpoints."""
         rec = await self.thread(team, thread_id)
         key = rec.checkpoint_thread
-        for queued in self.slots.drop_queue(key):
-            await self.store.set_run(queued.run_id, "interrupted", "thread deleted")
-        running = self.slots.task(self.slots.running(key) or "")
-        if running is not None:
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
-        await self.store.delete_thread(team, thread_id)
-        await self.saver.adelete_thread(key)
+        async with self.slots.admission(key):
+            running = self.slots.running(key)
+            if running is not None:
+                await self._interrupt_thread(key, running, "thread deleted")
+            await self.store.delete_thread(team, thread_id)
+            await self.saver.adelete_thread(key)
 
     async def search_threads(self, team: str, limit: int = 10,
                              offset: int = 0) -> list[dict[str, Any]]:
@@ -203,24 +215,32 @@ class ThreadExecutor:
     # ---- runs -------------------------------------------------------------------------
     async def create_run(self, team: str, thread_id: str, body: Mapping[str, Any]
                          ) -> dict[str, Any]:
-        """A run of ``body["assistant_id"]``, checked before anything is stored. On a busy
+        """A run of ``body["assistant_id"]``, checked before anything is stored (its
+        options, and its messages against the model's length: ``fit``). On a busy
         thread, ``multitask_strategy`` says: ``reject`` (409), ``enqueue`` (it runs when
-        the runs before it are done) or ``interrupt`` (the running one is cancelled)."""
+        the runs before it are done) or ``interrupt`` (the running run and the queued
+        ones end ``interrupted``, then this one runs). Admission is atomic per thread:
+        the slot is read, the run stored and submitted under the thread's lock."""
         assistant_id = str(body.get("assistant_id") or "")
         spec_team = self.assistant(team, assistant_id)
-        kwargs = run_kwargs(team_graph(spec_team, self.saver), body)
+        graph = team_graph(spec_team, self.saver)
+        kwargs = run_kwargs(graph, body)
         thread = await self._run_thread(team, thread_id, body)
+        if self.fit is not None:
+            await self._check_fit(spec_team, graph, thread, kwargs)
         key = thread.checkpoint_thread
-        running = self.slots.running(key)
-        if running is not None and kwargs["multitask_strategy"] == "reject":
-            raise Conflict(f"thread {thread_id!r} is busy with run {running} (send "
-                           "multitask_strategy 'enqueue' or 'interrupt')")
-        if running is not None and kwargs["multitask_strategy"] == "interrupt":
-            await self.cancel(team, thread_id, running, wait=True)
-        run = await self.store.create_run(str(uuid.uuid4()), thread, assistant_id,
-                                          dict(body.get("metadata") or {}), kwargs)
-        await self.store.set_thread(team, thread_id, "busy", assistant_id)
-        self.slots.submit(run, spec_team, resumed=False)
+        async with self.slots.admission(key):
+            running = self.slots.running(key)
+            strategy = kwargs["multitask_strategy"]
+            if running is not None and strategy == "reject":
+                raise Conflict(f"thread {thread_id!r} is busy with run {running} (send "
+                               "multitask_strategy 'enqueue' or 'interrupt')")
+            if running is not None and strategy == "interrupt":
+                await self._interrupt_thread(key, running)
+            run = await self.store.create_run(str(uuid.uuid4()), thread, assistant_id,
+                                              dict(body.get("metadata") or {}), kwargs)
+            await self.store.set_thread(team, thread_id, "busy", assistant_id)
+            self.slots.submit(run, spec_team, resumed=False)
         return run_view(run)
 
     async def _run_thread(self, team: str, thread_id: str,
@@ -243,7 +263,9 @@ class ThreadExecutor:
                                                                 offset, status)]
 
     async def join(self, team: str, thread_id: str, run_id: str) -> dict[str, Any]:
-        """Wait for the run (a queued one: until it ran); the thread's values after it."""
+        """Wait for the run (a queued one: until it ran); the thread's values after it,
+        or, for a run that failed, LangGraph Server's ``{"__error__": {"error",
+        "message"}}`` (the SDK's ``runs.wait`` raises on it)."""
         await self.run(team, thread_id, run_id)
         while self.slots.live(run_id):
             task = self.slots.task(run_id)
@@ -254,19 +276,24 @@ class ThreadExecutor:
             async with self._wake:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), 1.0)
+        ended = await self.run(team, thread_id, run_id)
+        if ended.status == "error":
+            return {"__error__": await self._failure(ended)}
         return dict((await self.state(team, thread_id))["values"])
 
     async def cancel(self, team: str, thread_id: str, run_id: str, wait: bool = False) -> None:
+        """Interrupt the run (idempotent: a run being or already interrupted stays so,
+        and ``wait`` waits for its end); a queued run leaves the queue unrun. A run that
+        succeeded or failed is a 409."""
         run = await self.run(team, thread_id, run_id)
-        task = self.slots.task(run_id)
+        task = self.slots.interrupt(run_id)
         if task is None:
             if self.slots.unqueue(run):
                 await self.store.set_run(run_id, "interrupted", "cancelled")
                 await self._notify()
-            elif run.status in DONE:
+            elif run.status in DONE and run.status != "interrupted":
                 raise Conflict(f"run {run_id!r} is {run.status}")
             return
-        task.cancel()
         if wait:
             await asyncio.gather(task, return_exceptions=True)
 
@@ -281,14 +308,45 @@ class ThreadExecutor:
 
     async def stop(self) -> None:
         """Cancel the runs in flight; they stay pending and the next executor resumes
-        them from their checkpoints."""
+        them from their checkpoints (those a client interrupted end ``interrupted``)."""
         self._stopping = True
-        tasks = self.slots.close()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self.slots.close(), return_exceptions=True)
 
     # ---- internals --------------------------------------------------------------------
+    async def _interrupt_thread(self, key: str, running: str,
+                                why: str = "cancelled") -> None:
+        """The thread's queued runs and its running one end ``interrupted`` (as LangGraph
+        Server's ``interrupt`` does to every run in flight on the thread); returns once
+        the running one has ended. Called under the thread's admission lock."""
+        for queued in self.slots.drop_queue(key):
+            await self.store.set_run(queued.run_id, "interrupted", why)
+        task = self.slots.interrupt(running)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        await self._notify()
+
+    async def _check_fit(self, team: Team, graph: Pregel[Any, Any, Any, Any],
+                         thread: ThreadRecord, kwargs: Mapping[str, Any]) -> None:
+        """TooLong unless the run's messages, after the thread's (at its checkpoint),
+        fit the model (``fit.prompt_messages`` says which messages are counted)."""
+        assert self.fit is not None
+        history: list[Any] = []
+        if thread.assistant_id is not None:
+            snap = await graph.aget_state(config_of(thread.checkpoint_thread,
+                                                    kwargs.get("checkpoint_id")))
+            history = list((snap.values or {}).get("messages") or [])
+        why = await self.fit.problem(team, prompt_messages(team, history, new_messages(kwargs)))
+        if why is not None:
+            raise TooLong(why)
+
+    async def _failure(self, run: ThreadRun) -> dict[str, Any]:
+        """A failed run's error as its ``error`` event said it: ``{error, message}``."""
+        for ev in reversed(await self.store.events(run.run_id)):
+            if ev.event == "error" and isinstance(ev.data, dict):
+                return dict(ev.data)
+        kind, _, message = (run.error or "Error").partition(": ")
+        return {"error": kind, "message": message}
+
     def _idle(self, rec: ThreadRecord) -> None:
         running = self.slots.running(rec.checkpoint_thread)
         if running is not None:
@@ -304,6 +362,7 @@ class ThreadExecutor:
         try:
             started = bool(await self.store.events(run.run_id))
             await self.store.set_run(run.run_id, "running")
+            await self.store.set_thread(run.team, run.thread_id, "busy")  # a queued run too
             await self._event(run.run_id, "metadata", {"run_id": run.run_id,
                                                        "resumed": resumed and started})
             payload = await self._payload(run, team, graph, config, resumed and started)
@@ -314,7 +373,9 @@ class ThreadExecutor:
             await self.store.set_thread(run.team, run.thread_id,
                                         "interrupted" if snap.next else "idle")
         except asyncio.CancelledError:
-            status: RunStatus = "pending" if self._stopping else "interrupted"
+            # Cancelled once (RunSlots.interrupt / close): these writes are not cut off.
+            status: RunStatus = "pending" if self._stopping and not \
+                self.slots.interrupted(run.run_id) else "interrupted"
             await self.store.set_run(run.run_id, status, "cancelled")
             await self.store.set_thread(run.team, run.thread_id, "idle")
             raise
