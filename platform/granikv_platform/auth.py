@@ -11,9 +11,11 @@ per line; ``granikv keys FILE TEAM...`` writes one:
 
 It lives on every LLM replica's node (on Kubernetes a mounted Secret), never in the repository.
 Only the keys' SHA-256 digests are kept in memory; a presented key is hashed and looked
-up. Each replica re-reads the file when it changes (at most every ``reload_s``), keeping
-the previous keys (with a warning in the log) if the new file does not parse or holds
-no key: a file emptied by mistake must not lock every caller out.
+up. A file that holds no team's key (none at all, or only operator keys) is refused: it
+would lock every team out. A replica does not start with one; each replica re-reads the
+file when it changes (at most every ``reload_s``), keeping the previous keys (with an
+error in the log) if the new file does not parse or holds no team's key: a file emptied
+or cut down by mistake must not lock every caller out.
 """
 
 from __future__ import annotations
@@ -109,6 +111,10 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._by_digest)
 
+    @property
+    def team_keys(self) -> int:
+        return sum(1 for who in self._by_digest.values() if who != OPERATOR)
+
 
 class Authenticator:
     """``authenticate(authorization header)`` -> Principal, or AuthError."""
@@ -135,7 +141,7 @@ class Authenticator:
                                "auth.keys_file or GRANIKV_API_KEYS_FILE ('granikv keys "
                                "FILE TEAM...' writes one), or auth.mode: none on a "
                                "trusted machine")
-        return cls(load_nonempty(path), path, cfg.reload_s)
+        return cls(load_usable(path), path, cfg.reload_s)
 
     @property
     def required(self) -> bool:
@@ -160,21 +166,31 @@ class Authenticator:
             mtime = _mtime(self.path)
             if mtime is not None and mtime != self._mtime:
                 try:
-                    self.ring = load_nonempty(self.path)
+                    self.ring = load_usable(self.path)
                     self._mtime = mtime
                     logger.info("GraniKV: reloaded %d API keys from %s", len(self.ring),
                                 self.path)
                 except KeyFileError as e:  # keep serving with the keys we had
-                    logger.warning("GraniKV: keeping the previous API keys: %s", e)
+                    logger.error("GraniKV: the API keys file changed and is REFUSED; "
+                                 "serving with the previous keys until it is fixed: %s", e)
         return self.ring
 
 
-def load_nonempty(path: Path) -> KeyRing:
+def load_usable(path: Path) -> KeyRing:
     """The keys of ``path``; KeyFileError when it cannot be read, does not parse, or
-    holds no key (at start-up and on every reload alike)."""
-    ring = KeyRing.load(path)
+    holds no team's key (at start-up and on every reload alike)."""
+    return usable(KeyRing.load(path), str(path))
+
+
+def usable(ring: KeyRing, origin: str) -> KeyRing:
+    """``ring``, unless it holds no team's key: KeyFileError (every team locked out)."""
     if not len(ring):
-        raise KeyFileError(f"the API keys file {path} holds no key")
+        raise KeyFileError(f"the API keys file {origin} holds no key")
+    if not ring.team_keys:
+        raise KeyFileError(f"the API keys file {origin} holds only operator keys "
+                           f"({OPERATOR}): every team would be locked out; add a "
+                           "'<team>: <key>' line ('granikv keys FILE TEAM...' writes a "
+                           "file with both)")
     return ring
 
 
@@ -193,7 +209,7 @@ def new_key() -> str:
 def write_keys_file(path: Path, keys: Iterable[tuple[str, str]]) -> None:
     """Write ``(principal, key)`` lines to ``path``, readable by its owner only."""
     text = "".join(f"{who}: {key}\n" for who, key in keys)
-    KeyRing.parse(text, str(path))  # refuse to write what a replica would not read
+    usable(KeyRing.parse(text, str(path)), str(path))  # what a replica would not read
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -203,7 +219,7 @@ def write_keys_file(path: Path, keys: Iterable[tuple[str, str]]) -> None:
 def plain_keys(path: Path) -> dict[str, str]:
     """The first key given in clear text per principal of a keys file (for a local demo;
     a file of digests has none)."""
-    KeyRing.load(path)  # a file a replica would refuse is refused here too
+    load_usable(path)  # a file a replica would refuse is refused here too
     out: dict[str, str] = {}
     for raw in path.read_text().splitlines():
         line = raw.strip()

@@ -129,6 +129,20 @@ def test_keys_file_from_config_env_and_rotation(tmp_path: Path) -> None:
     assert auth.authenticate(f"Bearer {rotated}").team == "red"
 
 
+def test_a_keys_file_without_a_team_key_does_not_start_a_replica(tmp_path: Path) -> None:
+    """Only the operator's key: every team would be locked out. Refused at start-up,
+    with the reason, as an empty file is; ``granikv keys`` cannot write one either."""
+    path = tmp_path / "keys"
+    for text, why in (("", "holds no key"), (f"{OPERATOR}: {ADMIN}\n", "only operator keys")):
+        path.write_text(text)
+        with pytest.raises(KeyFileError, match=why) as e:
+            Authenticator.from_config(AuthConfig(keys_file=str(path)))
+        assert ADMIN not in str(e.value)
+    with pytest.raises(KeyFileError, match="every team would be locked out"):
+        write_keys_file(tmp_path / "admin-only", [(OPERATOR, ADMIN)])
+    assert not (tmp_path / "admin-only").exists()
+
+
 def test_bind_body_scopes_to_the_caller() -> None:
     body: dict[str, Any] = {"model": "m", "vllm_xargs": {"granikv_prefix_id": "p", "x": 1}}
     out = bind_body(body, "red")
