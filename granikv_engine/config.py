@@ -45,6 +45,9 @@ class GraniKVConfig:
     implicit_fraction: float = 0.25
     implicit_min_len: int = 1024
     implicit_min_hits: int = 2
+    # HOT slots each team's prefixes may hold together (hot_budget.py); 0: no per-team
+    # budget here (the platform sends each engine its teams' budgets at start-up)
+    team_hot_slots: int = 0
     default_team: str = "default"
 
     def __post_init__(self) -> None:
@@ -63,6 +66,8 @@ class GraniKVConfig:
             raise ValueError("granikv.hash_chunk must be >= 1")
         if not 0.0 <= self.implicit_fraction <= 1.0:
             raise ValueError("granikv.implicit_fraction must be in [0, 1]")
+        if self.team_hot_slots < 0:
+            raise ValueError("granikv.team_hot_slots must be >= 0")
         if self.implicit_min_len < 1 or self.implicit_min_hits < 1:
             raise ValueError("granikv.implicit_min_len and implicit_min_hits must be >= 1")
 

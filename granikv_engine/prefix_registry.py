@@ -18,6 +18,11 @@ own. They are READY from the start (the engine copies their K/V from the COLD bl
 that hold it before any reader runs), unpinned, evicted least recently used first by
 other implicit prefixes and by registrations, and dropped when evicted. A team that
 registers the same tokens adopts its implicit prefix: the record takes the given id.
+
+With ``budgets`` (``hot_budget.TeamBudgets``) every team holds at most its budget of
+HOT slots (all its entries, implicit ones included), and a placement evicts only the
+placing team's own entries, or those of a team over its budget: one team never takes
+another's slots. A registration that does not fit its team's budget is COLD.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from __future__ import annotations
 import builtins
 import enum
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from granikv_engine.hot_budget import TeamBudgets
 from granikv_engine.hot_pool import AllocResult, HotPool, Move, SlotRange
 
 
@@ -46,6 +52,12 @@ class PrefixAccessDenied(PrefixError, PermissionError):
 
 
 class PrefixConflict(PrefixError, ValueError):
+    status = 409
+
+
+class PrefixQuotaExceeded(PrefixError):
+    """A pin that would take its team past its HOT budget."""
+
     status = 409
 
 
@@ -109,9 +121,11 @@ Ref = str | PrefixRecord  # a prefix id (its current record) or a record itself
 class PrefixRegistry:
     """Registration, lookup (by id or by prompt), team scoping and HOT lifecycle."""
 
-    def __init__(self, pool: HotPool, compact: bool = True) -> None:
+    def __init__(self, pool: HotPool, compact: bool = True,
+                 budgets: TeamBudgets | None = None) -> None:
         self.pool = pool
         self.compact = compact  # compact a fragmented arena instead of falling back to COLD
+        self.budgets = budgets  # None: any team may take the whole arena
         self._records: dict[str, PrefixRecord] = {}
         self._retired: dict[object, PrefixRecord] = {}  # replaced, still read: by key
         self.evictions = 0
@@ -120,6 +134,7 @@ class PrefixRegistry:
         self.implicit_evictions = 0
         self.implicit_adoptions = 0
         self.cold_registrations = 0
+        self.over_budget = 0  # registrations COLD because their team's budget was full
         self.compactions = 0
         self._moves: list[Move] = []  # K/V copies the engine still has to apply
         # Bumped by every change of a record's state, range, pin or membership, so that a
@@ -322,16 +337,19 @@ class PrefixRegistry:
         if len(toks) > budget:
             return None
         implicit = self._implicit_keys()
+        mine = self._evictable_for(team)
         used = sum(self.pool.range_of(k).length for k in implicit)
-        for victim in [k for k in self.pool.evictable() if k in implicit]:
+        for victim in [k for k in self.pool.evictable() if k in implicit and mine(k)]:
             if used + len(toks) <= budget:
                 break
             used -= self.pool.range_of(victim).length
             self.pool.evict(victim)
             self._on_evicted(str(victim))
-        if used + len(toks) > budget:
+        if used + len(toks) > budget or not self._room_in_budget(
+                team, len(toks), self._implicit_keys().__contains__):
             return None
-        res = self.pool.allocate(pid, len(toks), may_evict=self._implicit_keys().__contains__)
+        implicit = self._implicit_keys()
+        res = self.pool.allocate(pid, len(toks), may_evict=lambda k: k in implicit and mine(k))
         for victim in res.evicted:
             self._on_evicted(str(victim))
         if not res.ok:
@@ -370,11 +388,11 @@ class PrefixRegistry:
         return moves
 
     def _place(self, rec: PrefixRecord, pin: bool) -> AllocResult:
-        res = self.pool.allocate(rec.prefix_id, rec.length)
-        if not res.ok and res.reason == "fragmented" and self.compact:
-            self._moves.extend(self.apply_compaction())
-            self.compactions += 1
-            res = self.pool.allocate(rec.prefix_id, rec.length)
+        if not self._room_in_budget(rec.team, rec.length):
+            self.over_budget += 1
+            res = AllocResult(None, (), "over_budget")
+        else:
+            res = self._allocate(rec.prefix_id, rec.length, self._evictable_for(rec.team))
         for victim in res.evicted:
             self._on_evicted(str(victim))
         if res.ok:
@@ -387,6 +405,60 @@ class PrefixRegistry:
             self.cold_registrations += 1
         rec.pinned = pin
         return res
+
+    def _allocate(self, key: str, n: int, may_evict: Callable[[object], bool]
+                  ) -> AllocResult:
+        res = self.pool.allocate(key, n, may_evict=may_evict)
+        if not res.ok and res.reason == "fragmented" and self.compact:
+            self._moves.extend(self.apply_compaction())
+            self.compactions += 1
+            res = self.pool.allocate(key, n, may_evict=may_evict)
+        return res
+
+    # ---- team budgets (hot_budget.py) -----------------------------------------------
+    def team_slots(self) -> dict[str, int]:
+        """HOT slots each team holds (retired records still read included)."""
+        used: dict[str, int] = {}
+        for rec in [*self._records.values(), *self._retired.values()]:
+            if rec.key in self.pool:
+                used[rec.team] = used.get(rec.team, 0) + self.pool.range_of(rec.key).length
+        return used
+
+    def _owner(self, key: object) -> str | None:
+        rec = self._records.get(key) if isinstance(key, str) else None
+        rec = rec or self._retired.get(key)
+        return rec.team if rec is not None else None
+
+    def _evictable_for(self, team: str) -> Callable[[object], bool]:
+        """Which entries a placement for ``team`` may evict: any without budgets; else
+        the team's own and those of a team over its budget."""
+        if self.budgets is None:
+            return lambda key: True
+        budgets = self.budgets
+        over = {t for t, n in self.team_slots().items() if n > budgets.of(t)}
+        ok = {team, *over}
+        return lambda key: self._owner(key) in ok
+
+    def _room_in_budget(self, team: str, n: int,
+                        may_evict: Callable[[object], bool] | None = None) -> bool:
+        """Whether ``n`` more slots fit ``team``'s budget, evicting the team's own
+        evictable entries (``may_evict`` of them), least recently used first, as
+        needed."""
+        if self.budgets is None:
+            return True
+        budget = self.budgets.of(team)
+        used = self.team_slots().get(team, 0)
+        own = [k for k in self.pool.evictable()
+               if self._owner(k) == team and (may_evict is None or may_evict(k))]
+        if used - sum(self.pool.range_of(k).length for k in own) + n > budget:
+            return False  # evicting would not make it fit: keep them
+        for key in own:
+            if used + n <= budget:
+                break
+            used -= self.pool.range_of(key).length
+            self.pool.evict(key)
+            self._on_evicted(str(key))
+        return True
 
     def _drop_hot(self, rec: PrefixRecord) -> None:
         if rec.pinned and rec.hot is not None:

@@ -150,6 +150,11 @@ class HitStats(TypedDict):
     implicit_hits: int  # of the hits: on a prefix the engine promoted
 
 
+class TeamHotStats(TypedDict):
+    used: int
+    budget: int | None
+
+
 class EngineStats(TypedDict, total=False):
     """The ``stats`` control call: the engine core's view (hot, cold, prefixes by state,
     hits, events, ...) and the workers' dispatcher counters (rank 0's)."""
@@ -163,6 +168,10 @@ class EngineStats(TypedDict, total=False):
     compactions: int
     cold_registrations: int
     replacements: int  # ids registered again with other tokens
+    # per team: HOT slots held and its budget (None: no per-team budgets); and the
+    # registrations COLD because their team's budget was full
+    teams: dict[str, TeamHotStats]
+    over_budget: int
     implicit: ImplicitStats
     seeded_hash_tokens: int
     scheduler: dict[str, float]  # StepStats.snapshot()

@@ -253,6 +253,11 @@ class EngineHost:
     async def set_pin(self, prefix_id: str, team: str, pin: bool) -> dict[str, Any]:
         return await self._control("pin" if pin else "unpin", prefix_id=prefix_id, team=team)
 
+    async def set_hot_budgets(self, teams: dict[str, int | None], default: int,
+                              floor: int) -> dict[str, Any]:
+        """Each team's HOT budget in this engine (``Control.op_hot_budgets``)."""
+        return await self._control("hot_budgets", teams=teams, default=default, floor=floor)
+
     async def _control(self, op: str, **args: Any) -> dict[str, Any]:
         self.calls.count_engine()
         return await acontrol(self.llm, op, **args)

@@ -33,8 +33,8 @@ class RegistryHub:
     def list_specs(self, team: str | None = None) -> list[PrefixSpec]:
         return self.state.list_specs(team)
 
-    def put(self, spec: PrefixSpec) -> tuple[PrefixSpec, bool]:
-        return self.state.put(spec)
+    def put(self, spec: PrefixSpec, budget: int | None = None) -> tuple[PrefixSpec, bool]:
+        return self.state.put(spec, budget)
 
     def delete(self, prefix_id: str, team: str) -> PrefixSpec:
         return self.state.delete(prefix_id, team)
@@ -42,8 +42,8 @@ class RegistryHub:
     def context(self, team: str) -> PrefixSpec | None:
         return self.state.context(team)
 
-    def set_context(self, spec: PrefixSpec) -> str | None:
-        return self.state.set_context(spec)
+    def set_context(self, spec: PrefixSpec, budget: int | None = None) -> str | None:
+        return self.state.set_context(spec, budget)
 
     def snapshot(self, known_version: int = -1) -> tuple[int, list[PrefixSpec] | None]:
         return self.state.snapshot(known_version)
@@ -93,8 +93,10 @@ class HubClient:
     async def list_specs(self, team: str | None = None) -> list[PrefixSpec]:
         return await self._call("list_specs", team)  # type: ignore[no-any-return]
 
-    async def put(self, spec: PrefixSpec) -> tuple[PrefixSpec, bool]:
-        return await self._call("put", spec)  # type: ignore[no-any-return]
+    async def put(self, spec: PrefixSpec, budget: int | None = None
+                  ) -> tuple[PrefixSpec, bool]:
+        """``budget``: the team's HOT budget (``RegistryState.put``)."""
+        return await self._call("put", spec, budget)  # type: ignore[no-any-return]
 
     async def delete(self, prefix_id: str, team: str) -> PrefixSpec:
         return await self._call("delete", prefix_id, team)  # type: ignore[no-any-return]
@@ -102,8 +104,8 @@ class HubClient:
     async def context(self, team: str) -> PrefixSpec | None:
         return await self._call("context", team)  # type: ignore[no-any-return]
 
-    async def set_context(self, spec: PrefixSpec) -> str | None:
-        return await self._call("set_context", spec)  # type: ignore[no-any-return]
+    async def set_context(self, spec: PrefixSpec, budget: int | None = None) -> str | None:
+        return await self._call("set_context", spec, budget)  # type: ignore[no-any-return]
 
     async def snapshot(self, known_version: int) -> tuple[int, list[PrefixSpec] | None]:
         return await self._call("snapshot", known_version)  # type: ignore[no-any-return]

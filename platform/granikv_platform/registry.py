@@ -10,6 +10,12 @@ the API's), and the registry and the engines hold them as ``<team>/<id>``
 same id and neither can reach the other's: a lookup is always in the caller's own
 scope, and another team's prefix is as absent as an unknown one (404,
 ``PrefixNotFound``).
+
+HOT budgets (``granikv_engine.hot_budget``): with a team's budget given, ``put`` and
+``set_context`` refuse a pin that would take the team's pinned prefixes (context and
+variants included) past it (409, ``PrefixQuotaExceeded``); unpinned prefixes are not
+counted here (an engine places them within the team's budget, or COLD). Deciding here,
+once for every replica, keeps the replicas agreeing on what is pinned.
 """
 
 from __future__ import annotations
@@ -23,7 +29,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from granikv_engine.prefix_registry import PrefixConflict, PrefixNotFound, content_hash
+from granikv_engine.prefix_registry import (
+    PrefixConflict,
+    PrefixNotFound,
+    PrefixQuotaExceeded,
+    content_hash,
+)
 
 # "variant": a team context preceded by what a chat template adds before it in some
 # conversations (tools); its id is the context's + VARIANT_SEP + a digest, and it goes
@@ -126,6 +137,12 @@ class RegistryState:
         pid = self.contexts.get(team)
         return self.specs.get(pid) if pid else None
 
+    def pinned_tokens(self, team: str, without: Iterable[str] = ()) -> int:
+        """Tokens of ``team``'s pinned prefixes, but for the ids ``without``."""
+        skip = set(without)
+        return sum(s.length for s in self.specs.values()
+                   if s.team == team and s.pin and s.prefix_id not in skip)
+
     def snapshot(self, known_version: int = -1) -> tuple[int, list[PrefixSpec] | None]:
         """(version, specs), or (version, None) when ``known_version`` is current."""
         if known_version == self.version:
@@ -133,9 +150,10 @@ class RegistryState:
         return self.version, list(self.specs.values())
 
     # ---- writes --------------------------------------------------------------------
-    def put(self, spec: PrefixSpec) -> tuple[PrefixSpec, bool]:
+    def put(self, spec: PrefixSpec, budget: int | None = None) -> tuple[PrefixSpec, bool]:
         """Add a prefix; returns (spec, created). The same id with the same tokens is
-        idempotent (its pin may change); other tokens under a taken id are a conflict."""
+        idempotent (its pin may change); other tokens under a taken id are a conflict.
+        ``budget``: the team's HOT budget, which its pins may not exceed."""
         old = self.specs.get(spec.prefix_id)  # in spec.team's scope
         if old is not None:
             if old.token_ids != spec.token_ids:
@@ -143,6 +161,7 @@ class RegistryState:
                                      "delete it first")
             if old.pin == spec.pin and old.kind == spec.kind:
                 return old, False
+        self._check_budget(spec, budget, {spec.prefix_id})
         self.specs[spec.prefix_id] = spec
         self._changed()
         return spec, old is None
@@ -156,11 +175,17 @@ class RegistryState:
         self._changed()
         return spec
 
-    def set_context(self, spec: PrefixSpec) -> str | None:
-        """Make ``spec`` its team's context; returns the replaced context's id, if any."""
+    def set_context(self, spec: PrefixSpec, budget: int | None = None) -> str | None:
+        """Make ``spec`` its team's context; returns the replaced context's id, if any.
+        ``budget``: as ``put``'s; what the replaced context and its variants pin is
+        given back first."""
         if spec.kind != "context":
             raise ValueError("a team context needs kind='context'")
         old = self.context(spec.team)
+        gone = {spec.prefix_id}
+        if old is not None:
+            gone |= {old.prefix_id, *variants_of(old.prefix_id, self.specs)}
+        self._check_budget(spec, budget, gone)
         self.put(spec)
         self.contexts[spec.team] = spec.prefix_id
         if old is not None and old.prefix_id != spec.prefix_id:
@@ -168,6 +193,20 @@ class RegistryState:
             self._drop_variants(old.prefix_id)
         self._changed()
         return old.prefix_id if old is not None and old.prefix_id != spec.prefix_id else None
+
+    def _check_budget(self, spec: PrefixSpec, budget: int | None, gone: set[str]) -> None:
+        if budget is None or not spec.pin:
+            return
+        held = self.pinned_tokens(spec.team, gone)
+        if held + spec.length > budget:
+            what = {"context": "a team context", "variant": "a context variant"}.get(
+                spec.kind, "a pinned prefix")
+            raise PrefixQuotaExceeded(
+                f"team {spec.team!r}: HOT budget of {budget} tokens exceeded (teams[]."
+                f"hot_slots, else granikv.team_hot_slots or an equal share of the HOT "
+                f"arena): it pins {held} tokens, and {what} of {spec.length} tokens "
+                f"would take it to {held + spec.length}; delete or unpin one of its "
+                "prefixes, or register this one with pin: false")
 
     def _drop_variants(self, context_id: str) -> None:
         for pid in variants_of(context_id, self.specs):

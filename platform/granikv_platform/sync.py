@@ -18,7 +18,10 @@ local view of both so that a bound request costs no control-plane call.
   view and the engine hold scoped ones only, so a team never reaches another's.
 - ``add`` / ``remove`` / ``set_context`` change the registry and this engine together,
   and the local view with them; a new registration the engine fails to take is rolled
-  back out of the registry.
+  back out of the registry. With ``budgets`` (this engine's, ``hot_budget.TeamBudgets``)
+  the registry refuses a pin past the team's HOT budget; a pinned prefix the engine
+  still holds COLD (placed before another replica's delete of the team's reached this
+  one) is registered again by the reconcile that brings a newer registry version.
 One lock makes each of these atomic on a replica, so a reconcile that fetched an older
 snapshot never undoes a newer registration made through the same replica.
 """
@@ -31,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from granikv_engine.hot_budget import TeamBudgets
 from granikv_platform.registry import PrefixSpec, scoped_id, variants_of
 
 logger = logging.getLogger("ray.serve")
@@ -46,9 +50,11 @@ class Engine(Protocol):
 class Hub(Protocol):
     async def get(self, prefix_id: str, team: str) -> PrefixSpec: ...
     async def context(self, team: str) -> PrefixSpec | None: ...
-    async def put(self, spec: PrefixSpec) -> tuple[PrefixSpec, bool]: ...
+    async def put(self, spec: PrefixSpec, budget: int | None = None
+                  ) -> tuple[PrefixSpec, bool]: ...
     async def delete(self, prefix_id: str, team: str) -> PrefixSpec: ...
-    async def set_context(self, spec: PrefixSpec) -> str | None: ...
+    async def set_context(self, spec: PrefixSpec, budget: int | None = None
+                          ) -> str | None: ...
     async def snapshot(self, known_version: int) -> tuple[int, list[PrefixSpec] | None]: ...
 
 
@@ -63,9 +69,10 @@ class SyncPlan:
         return not (self.register or self.unregister or self.pins)
 
 
-def plan(desired: Iterable[PrefixSpec], engine_records: Iterable[dict[str, Any]]) -> SyncPlan:
+def plan(desired: Iterable[PrefixSpec], engine_records: Iterable[dict[str, Any]],
+         retry_cold: bool = False) -> SyncPlan:
     """What to change so that the engine holds exactly ``desired`` (id, team, tokens,
-    pin)."""
+    pin); ``retry_cold``: also register again the pinned ones it holds COLD."""
     want = {s.prefix_id: s for s in desired}
     have = {r["prefix_id"]: r for r in engine_records}
 
@@ -74,7 +81,8 @@ def plan(desired: Iterable[PrefixSpec], engine_records: Iterable[dict[str, Any]]
         return s.team == r["team"] and s.content_hash == r["content_hash"]
 
     stale = tuple((pid, r["team"]) for pid, r in have.items() if pid not in want or not same(pid))
-    register = tuple(s for pid, s in want.items() if pid not in have or not same(pid))
+    register = tuple(s for pid, s in want.items() if pid not in have or not same(pid) or (
+        retry_cold and s.pin and have[pid].get("state") == "cold"))
     pins = tuple(s for pid, s in want.items()
                  if pid in have and same(pid) and bool(have[pid]["pinned"]) != s.pin)
     return SyncPlan(register, stale, pins)
@@ -90,9 +98,10 @@ class BindCounters:
 
 
 class PrefixSync:
-    def __init__(self, engine: Engine, hub: Hub) -> None:
+    def __init__(self, engine: Engine, hub: Hub, budgets: TeamBudgets | None = None) -> None:
         self.engine = engine
         self.hub = hub
+        self.budgets = budgets
         self.lock = asyncio.Lock()
         self.version = -1  # registry version this engine last matched
         self.applied = 0  # engine changes made (for stats)
@@ -108,7 +117,8 @@ class PrefixSync:
             if specs is not None:
                 self.specs = {s.prefix_id: s for s in specs}
             self.records = {r["prefix_id"]: r for r in await self.engine.list_prefixes()}
-            todo = plan(self.specs.values(), self.records.values())
+            todo = plan(self.specs.values(), self.records.values(),
+                        retry_cold=specs is not None and self.budgets is not None)
             await self._apply(todo)
             self.version = version
             return todo
@@ -182,7 +192,8 @@ class PrefixSync:
         A new entry that this engine fails to take is removed from the registry again
         before the error goes on: a registration that failed does not exist."""
         async with self.lock:
-            spec, created = await self.hub.put(spec)
+            spec, created = await (self.hub.put(spec) if self.budgets is None else
+                                   self.hub.put(spec, self.budgets.of(spec.team)))
             self.specs[spec.prefix_id] = spec
             try:
                 await self._apply(plan([spec], await self._records(spec.prefix_id)))
@@ -201,7 +212,8 @@ class PrefixSync:
 
     async def set_context(self, spec: PrefixSpec) -> None:
         async with self.lock:
-            old = await self.hub.set_context(spec)
+            old = await (self.hub.set_context(spec) if self.budgets is None else
+                         self.hub.set_context(spec, self.budgets.of(spec.team)))
             # the old context and its variants: the registry dropped them together
             gone = {old, *variants_of(old, self.specs)} if old is not None else set()
             for pid in gone:

@@ -12,8 +12,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, cast
 
-from granikv_engine.prefix_registry import PrefixError, PrefixRecord, PrefixState
-from granikv_engine.stats import EngineStats, HitStats, HotStats, PrefixRecordView
+from granikv_engine.hot_budget import TeamBudgets
+from granikv_engine.prefix_registry import (
+    PrefixError,
+    PrefixRecord,
+    PrefixRegistry,
+    PrefixState,
+)
+from granikv_engine.stats import (
+    EngineStats,
+    HitStats,
+    HotStats,
+    PrefixRecordView,
+    TeamHotStats,
+)
 from granikv_engine.vllm_plugin.core.step_stats import StepStats
 
 
@@ -23,6 +35,14 @@ def record_dict(rec: PrefixRecord) -> PrefixRecordView:
             "implicit": rec.implicit,
             "content_hash": rec.content_hash,
             "hot_start": rec.hot.start if rec.hot else None}
+
+
+def team_stats(registry: PrefixRegistry) -> dict[str, TeamHotStats]:
+    budgets = registry.budgets
+    used = registry.team_slots()
+    teams = sorted({*used, *(budgets.teams if budgets else ())})
+    return {t: {"used": used.get(t, 0), "budget": budgets.of(t) if budgets else None}
+            for t in teams}
 
 
 def error_dict(e: Exception) -> dict[str, Any]:
@@ -76,6 +96,8 @@ class Control:
             "compactions": s.registry.compactions,
             "cold_registrations": s.registry.cold_registrations,
             "replacements": s.registry.replacements,
+            "teams": team_stats(s.registry),
+            "over_budget": s.registry.over_budget,
             "implicit": {"enabled": kv.promoter is not None,
                          "budget": kv.promoter.budget if kv.promoter else 0,
                          "used": s.registry.implicit_slots(),
@@ -87,6 +109,17 @@ class Control:
             "seeded_hash_tokens": s.hasher.seeded_tokens if s.hasher else 0,
             "scheduler": s.step_stats.snapshot(),
         }
+
+    def op_hot_budgets(self, teams: dict[str, int | None], default: int = 0,
+                       floor: int = 0) -> dict[str, Any]:
+        """Give every team a HOT budget (``TeamBudgets.share`` over this engine's arena);
+        answers the budgets and the arena's size."""
+        registry = self.scheduler.registry
+        budgets = TeamBudgets.share(registry.pool.capacity, teams, default, floor)
+        registry.budgets = budgets
+        registry.version += 1
+        return {"arena": registry.pool.capacity, "default": budgets.default,
+                "teams": dict(budgets.teams)}
 
     def op_reset_peaks(self, track: bool = False) -> dict[str, Any]:
         """Restart the step counters; ``track`` also checks every step that COLD slots

@@ -16,6 +16,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from granikv_engine.hot_budget import TeamBudgets
 from granikv_engine.hot_pool import HotPool
 from granikv_engine.prefix_registry import (
     PrefixError,
@@ -59,7 +60,8 @@ class GraniKVSchedulerMixin:
         pool = self.kv_cache_manager.block_pool
         arena = reserve_arena(pool, cfg.hot_capacity(pool.num_gpu_blocks))
         self.granikv_cfg = cfg
-        self.registry = PrefixRegistry(HotPool(arena.start, arena.length))
+        budgets = TeamBudgets(cfg.team_hot_slots) if cfg.team_hot_slots else None
+        self.registry = PrefixRegistry(HotPool(arena.start, arena.length), budgets=budgets)
         # KV-cache events and KV connectors read one hash a block: no chunks for them
         chunked = (not pool.enable_kv_cache_events
                    and getattr(self, "connector", None) is None)
