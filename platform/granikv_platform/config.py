@@ -110,6 +110,16 @@ class TeamConfig(_Strict):
                                 "message), pinned as its HOT prefix at start-up.")
     context_file: str | None = Field(None, description="Read the context from this file.")
     description: str = Field("", description="Free text shown by GET /teams.")
+    hot_slots: int | None = Field(None, ge=1, description="HOT slots (tokens) this team's "
+                                  "pinned prefixes, context and implicit prefixes may hold "
+                                  "together on each replica; a pin past it is a 409. "
+                                  "Default: granikv.team_hot_slots, else an equal share "
+                                  "of the arena among the configured teams (at least one "
+                                  "prefix of the largest size).")
+    max_sequences: int | None = Field(None, ge=1, description="This team's "
+                                      "limits.team_max_sequences (default: the limit's).")
+    max_queued: int | None = Field(None, ge=0, description="This team's "
+                                   "limits.team_max_queued (default: the limit's).")
 
     @field_validator("name")
     @classmethod
@@ -233,6 +243,19 @@ class LimitsConfig(_Strict):
                                         "`repetition_detection.max_pattern_size` (400 "
                                         "above); the engine core checks every pattern size "
                                         "up to it after every token.")
+    # Each team's share of one replica's engine (team_share.py).
+    team_max_sequences: int | None = Field(None, ge=1, description="Most sequences (a "
+                                           "request counts n or best_of for each prompt) "
+                                           "one team may have in flight on one replica, "
+                                           "from admission until its answer, streamed or "
+                                           "not, has ended; more wait in the team's own "
+                                           "queue. Default: half the engine's "
+                                           "max_num_seqs, so that a team at its share "
+                                           "leaves room in the batch for the others.")
+    team_max_queued: int = Field(32, ge=0, description="Most requests of one team that "
+                                 "wait for its share on one replica; the next is a 429 "
+                                 "with Retry-After. Keep the teams' in-flight and queued "
+                                 "requests below replicas.max_ongoing_requests.")
 
 
 class RegistryConfig(_Strict):

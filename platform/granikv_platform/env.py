@@ -43,6 +43,7 @@ class PlatformEnv:
     ray_address: str | None  # RAY_ADDRESS: join this cluster instead of starting one
     api_keys_file: Path | None  # GRANIKV_API_KEYS_FILE: the API keys (config.auth.keys_file wins)
     serve_haproxy: bool  # RAY_SERVE_ENABLE_HA_PROXY=1: Serve's HAProxy front (Ray reads it)
+    ray_auth_disabled: bool  # RAY_AUTH_MODE=disabled: Ray's token auth off (Ray reads it)
 
     @classmethod
     def from_environ(cls) -> PlatformEnv:
@@ -55,4 +56,30 @@ class PlatformEnv:
             ray_address=os.environ.get("RAY_ADDRESS") or None,
             api_keys_file=Path(keys) if keys else None,
             serve_haproxy=os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1",
+            ray_auth_disabled=os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled",
         )
+
+
+@dataclass(frozen=True)
+class HeaderLimits:
+    """Bounds on a request's header section, applied by the HTTP server of Serve's front
+    (its proxy, or a replica's own server behind HAProxy) while the header arrives. One
+    front serves every application of its node, so these are the front's settings, not
+    an application's."""
+
+    max_bytes: int  # GRANIKV_MAX_HEADER_BYTES: request line and headers (default 64 KiB)
+    max_count: int  # GRANIKV_MAX_HEADERS: header fields (default 100)
+
+    @classmethod
+    def from_environ(cls) -> HeaderLimits:
+        return cls(max_bytes=_positive("GRANIKV_MAX_HEADER_BYTES", 64 * 1024),
+                   max_count=_positive("GRANIKV_MAX_HEADERS", 100))
+
+
+def _positive(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={raw!r}: a positive whole number expected")
+    return int(raw)

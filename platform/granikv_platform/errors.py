@@ -3,9 +3,10 @@
 
 Handlers installed on the app turn ``ApiError``, a missing or wrong API key
 (401), registry errors and request validation failures (422, one line per field) into
-that shape. Every request has an id (``RequestIds``): the client's ``x-request-id``,
-or one made here (Ray Serve's proxy makes one as well); every error body names it, the
-response carries it as ``x-request-id``, and the server's log lines of the request
+that shape. Every request has one id (``RequestIds``): the client's ``x-request-id`` when
+it is one plain token of at most 128 characters, else one made by Serve's front
+(``front.py``) or here; every error body names it, the response carries the same id as
+``x-request-id``, and the server's log lines of the request
 (Ray Serve's own included) carry it too, so that an error a client reports can be
 found in the log.
 """
@@ -13,10 +14,7 @@ found in the log.
 from __future__ import annotations
 
 import logging
-import re
-import uuid
 from contextvars import ContextVar
-from functools import cache
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from granikv_engine.prefix_registry import PrefixError
 from granikv_platform.auth import AuthError
+from granikv_platform.front import REQUEST_ID_HEADER, one_request_id
 from granikv_platform.names import REPLICA_HEADER
 from granikv_platform.protocol import (
     ErrorItem,
@@ -41,19 +40,18 @@ from granikv_platform.protocol import (
 
 logger = logging.getLogger("ray.serve")
 
-REQUEST_ID_HEADER = "x-request-id"
 # The id of the request being served, for its error bodies (set by ``RequestIds``).
 REQUEST_ID: ContextVar[str | None] = ContextVar("granikv_request_id", default=None)
-_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")  # else a new one (log hygiene)
 
 
 class RequestIds:
     """ASGI middleware, outermost: the request's id in ``REQUEST_ID`` and in its
     ``x-request-id`` header, and on every answer the replica that served it
     (``x-granikv-replica``, when ``replica`` is given). The client's id is kept when it
-    is a plain token; behind Ray Serve's proxy the header is always there (the proxy
-    keeps the client's or makes one, and puts it on the response). Without the proxy
-    (tests, a replica's own HTTP server) the id made here is put on the response."""
+    is one plain token (``front.one_request_id``); behind Serve's front the header is
+    always there and one (the front keeps the client's or makes one, and puts it on the
+    response). Without it (tests) an id made here is put on the response, in place of
+    the client's."""
 
     def __init__(self, app: ASGIApp, replica: str | None = None) -> None:
         self.app = app
@@ -63,15 +61,11 @@ class RequestIds:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = MutableHeaders(scope=scope)
-        given = headers.get(REQUEST_ID_HEADER)
-        rid = given if given is not None and _CLIENT_ID.match(given) else uuid.uuid4().hex
-        if given != rid:
-            headers[REQUEST_ID_HEADER] = rid
+        rid, kept = one_request_id(scope)
 
         async def send_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                if given is None:
+                if not kept:
                     MutableHeaders(scope=message)[REQUEST_ID_HEADER] = rid
                 if self.replica is not None:
                     message["headers"] = [*message["headers"],
@@ -106,9 +100,10 @@ def unavailable(e: Exception) -> ApiError:
 
 def error_response(item: ErrorItem) -> JSONResponse:
     """The error as an HTTP answer (``client_error``). A 503 (a replica lost, restarting
-    or whose engine died; none free) says when to retry."""
+    or whose engine died; none free), like a 429 (a team over its share of a replica),
+    says when to retry."""
     status, body = client_error(item)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status in (429, 503) else None
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -118,7 +113,7 @@ RETRY_AFTER_S = 1
 def client_error(item: ErrorItem) -> tuple[int, dict[str, Any]]:
     """(status, body) of ``item`` for a client, with the request's id. A 5xx's own
     text (an engine's, a library's or Ray's exception message, which may name files,
-    processes or hosts) is logged with the request id; the client reads where."""
+    processes or hosts) is logged with the request id; the client gets that id."""
     status, body = item.wire()
     rid = REQUEST_ID.get()
     err = body["error"]
@@ -136,21 +131,10 @@ def client_error(item: ErrorItem) -> tuple[int, dict[str, Any]]:
 
 
 def internal_message(rid: str | None) -> str:
-    return (f"internal error: the request was not served; its cause is in the server log "
-            f"under request id {rid} (Ray Serve's logs, on the LLM replica's node: "
-            f"{serve_logs_dir()})")
-
-
-@cache
-def serve_logs_dir() -> str:
-    """Where Ray Serve writes the replicas' logs on this node."""
-    import ray
-
-    if not ray.is_initialized():
-        return "/tmp/ray/session_latest/logs/serve/"
-    from ray.serve._private.logging_utils import get_serve_logs_dir
-
-    return get_serve_logs_dir().rstrip("/") + "/"
+    """A 500's text: the request id under which its cause is logged, and nothing of the
+    server (no path, host or process: where the logs are is the operator's to know)."""
+    return ("internal error: the request was not served; its cause is in the server log "
+            f"under request id {rid}")
 
 
 def install_error_handlers(app: FastAPI) -> None:

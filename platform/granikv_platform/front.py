@@ -13,19 +13,31 @@ to retry (a lost replica is one: the request was not served, another replica can
 it), and a stream cut by a lost replica ends with an OpenAI-shaped error event and
 ``data: [DONE]``.
 
+The front also gives each request one id before Serve's own request-id middleware reads
+it: the client's ``x-request-id`` when it sent one that is a plain token (at most 128
+characters, since the id is echoed and logged), else a new one in its place. So the
+response header, every error body and the log name the same id.
+
 Serve applies it through its proxy callback (``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH``
 set to ``CALLBACK``, in the environment of the cluster's processes: ``granikv run`` and
-the shipped images set it). It reads no body of the app's and adds one check per
+the shipped images set it). Serve calls the callback in each process where it starts an
+HTTP server, before it starts, so the callback also bounds the header sections that
+server reads (``header_limits.py``). It reads no body of the app's and adds one check per
 message: the app's answers pass as they are. Starlette only: the proxy imports no vLLM.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from dataclasses import dataclass, field
 
+from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from granikv_platform import header_limits
 
 # Serve's proxy callback: Ray reads this variable when its processes start.
 PROXY_CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
@@ -34,11 +46,28 @@ RETRY_AFTER_S = 1
 _TYPES = {404: "NotFoundError", 408: "RequestTimeoutError", 429: "RateLimitError",
           503: "ServiceUnavailableError"}
 LOST = "the LLM replica serving this request was lost; retry the request"
+REQUEST_ID_HEADER = "x-request-id"
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def proxy_middlewares() -> list[Middleware]:
-    """Serve's proxy callback: the middlewares it puts around its HTTP front."""
+    """Serve's proxy callback: the middlewares it puts around its HTTP front, and the
+    header limits of the server it is about to start in this process."""
+    header_limits.install()
     return [Middleware(ServeAnswers)]
+
+
+def one_request_id(scope: Scope) -> tuple[str, bool]:
+    """The request's id, made its only ``x-request-id`` in ``scope``, and whether it is
+    the client's: one plain-token id is kept, anything else (none, several, a long or
+    odd one) is replaced by a new id."""
+    headers = MutableHeaders(scope=scope)
+    given = headers.getlist(REQUEST_ID_HEADER)
+    if len(given) == 1 and _PLAIN_ID.fullmatch(given[0]):
+        return given[0], True
+    rid = uuid.uuid4().hex
+    headers[REQUEST_ID_HEADER] = rid
+    return rid, False
 
 
 @dataclass
@@ -62,6 +91,7 @@ class ServeAnswers:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        one_request_id(scope)
         answer = _Answer()
 
         async def relay(message: Message) -> None:

@@ -27,12 +27,19 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from granikv_engine.config import GraniKVConfig
+from granikv_engine.hot_budget import TeamBudgets
 from granikv_engine.prefix_registry import PrefixError, default_prefix_id
 from granikv_platform.config import PlatformConfig
 from granikv_platform.engine import PREFIX_HEADER, EngineHost
 from granikv_platform.engine_files import EngineFiles
 from granikv_platform.engine_stats import TeamUsage
-from granikv_platform.engine_watch import dead_answer, exit_when_dead, needs_engine
+from granikv_platform.engine_watch import (
+    dead_answer,
+    dead_stream,
+    exit_when_dead,
+    needs_engine,
+)
 from granikv_platform.errors import ApiError
 from granikv_platform.hub import hub_client
 from granikv_platform.identity import bind_body
@@ -61,6 +68,13 @@ from granikv_platform.request_path import ControlPlaneCalls, on_request_path
 from granikv_platform.schemas import PrefixCreate, record_view
 from granikv_platform.stream_batch import batch_sse
 from granikv_platform.sync import PrefixSync
+from granikv_platform.team_share import (
+    ShareFull,
+    ShareTooLarge,
+    TeamShare,
+    sequences,
+    share_limits,
+)
 from granikv_platform.warm_up import warm_up
 
 logger = logging.getLogger("ray.serve")
@@ -79,16 +93,20 @@ class LLMReplica(ReplicaHttp):
         args = self.cfg.engine_args()
         seed = self.cfg.engine.weight_seed if (
             self.cfg.engine.dummy_weights and self.cfg.engine.reinit_dummy_weights) else None
+        EngineFiles.remove_dead()  # what the engines of killed replicas left here
         sockets = EngineFiles.socket_files()
         self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed,
                                              self.cfg.limits.max_prompt_tokens,
                                              self.cfg.frontend)
         self._engine_files = EngineFiles.of_children(sockets)
+        EngineFiles.remove_dead()  # those whose engine ended while this one started
         try:  # a replica that fails to start leaves no engine (nor its GPU memory) behind
             self.engine.calls = self.calls
-            self.sync = PrefixSync(self.engine, self.hub)
+            self.sync = PrefixSync(self.engine, self.hub, await self._hot_budgets())
             self.inflight = 0
             self.usage = TeamUsage()
+            self.share = TeamShare(*share_limits(
+                self.cfg, self.engine.llm.vllm_config.scheduler_config.max_num_seqs))
             await self._seed_team_contexts()
             await self.sync.reconcile(force=True)
             self.warmup = await warm_up(self.engine, self.cfg.model.model_id, self.replica_id)
@@ -197,22 +215,31 @@ class LLMReplica(ReplicaHttp):
             except PrefixError as e:
                 yield prefix_error_item(e)
                 return
-        if admit is not None:
-            await admit()
         team = str(xargs.get("granikv_team") or "")
+        asked = sequences(body)
+        try:  # the team's share of this engine, held until the answer has ended
+            await self.share.acquire(team, asked)
+        except (ShareFull, ShareTooLarge) as e:
+            yield error_item(429 if isinstance(e, ShareFull) else 400, str(e))
+            return
         self.usage.request(team)
         self.inflight += 1
         try:
+            if admit is not None:
+                await admit()
             async for item in run(body):
                 if isinstance(item, ErrorItem) and item.status >= 500:
                     item = self._dead() or item  # the engine died under this request
                 elif isinstance(item, SseItem):
+                    if '{"error":' in item.text:  # the engine may have died under it
+                        item = dead_stream(item, self._dead())
                     self.usage.chunks(team, item.text)
                 elif isinstance(item, JsonItem):
                     self.usage.answer(team, item.body)
                 yield item
         finally:
             self.inflight -= 1
+            self.share.release(team, asked)
 
     @needs_engine
     async def tokenize(self, body: dict[str, Any]) -> Item:
@@ -277,7 +304,10 @@ class LLMReplica(ReplicaHttp):
         spec = PrefixSpec(f"{team}-context-{default_prefix_id(team, tokens)[-12:]}", team,
                           tuple(tokens), pin=True, kind="context", text=text,
                           source=source)  # type: ignore[arg-type]
-        await self.sync.set_context(spec)
+        try:
+            await self.sync.set_context(spec)
+        except PrefixError as e:  # past the team's HOT budget
+            return prefix_error_item(e)
         return await self.get_team_context(team)
 
     @needs_engine
@@ -321,7 +351,8 @@ class LLMReplica(ReplicaHttp):
                                                                   "state")} for r in records}
         return {"replica": self.replica_id, "model": self.cfg.model.model_id,
                 "inflight": self.inflight, "pinned_prefixes": pinned,
-                "teams": self.usage.snapshot(), "warmup_s": self.warmup, "pid": os.getpid(),
+                "teams": self.usage.snapshot(), "team_share": self.share.snapshot(),
+                "warmup_s": self.warmup, "pid": os.getpid(),
                 "prefix_hits": per_prefix, "registry_version": self.sync.version,
                 "sync_changes": self.sync.applied,
                 "request_path": {"hub_calls": self.calls.hub,
@@ -357,12 +388,30 @@ class LLMReplica(ReplicaHttp):
         rec = await self.engine.get_prefix(spec.prefix_id, spec.team)
         return record_view(spec, rec)
 
-    def _check_tokens(self, tokens: list[int]) -> Item | None:
+    def _prefix_limit(self) -> tuple[int, str]:
+        """The most tokens a prefix may have, and why."""
         limit = self.engine.max_model_len - 1  # room for one token of the request's own
         why = f"max_model_len {limit + 1} leaves room for the request's own"
         configured = self.cfg.limits.max_prefix_tokens
         if configured is not None and configured < limit:
             limit, why = configured, "limits.max_prefix_tokens"
+        return limit, why
+
+    async def _hot_budgets(self) -> TeamBudgets:
+        """Each team's HOT budget, set in this engine (an equal share of its arena by
+        default) and checked by the registry (``PrefixSync``)."""
+        default = GraniKVConfig.from_dict(self.cfg.engine.granikv).team_hot_slots
+        got = await self.engine.set_hot_budgets(
+            {t.name: t.hot_slots for t in self.cfg.teams}, default, self._prefix_limit()[0])
+        budgets = TeamBudgets(int(got["default"]), dict(got["teams"]))
+        if budgets.total() > int(got["arena"]):
+            logger.warning("GraniKV: the teams' HOT budgets add up to %d slots, more than "
+                           "the arena's %d: a team within its budget may find the arena "
+                           "full (its prefixes are then COLD)", budgets.total(), got["arena"])
+        return budgets
+
+    def _check_tokens(self, tokens: list[int]) -> Item | None:
+        limit, why = self._prefix_limit()
         if not tokens or len(tokens) > limit:
             return error_item(400, f"a prefix needs 1 to {limit} tokens ({why}); got "
                               f"{len(tokens)}")
@@ -378,7 +427,10 @@ class LLMReplica(ReplicaHttp):
                 continue
             current = await self.hub.context(team.name)
             if current is None or (current.source == "config" and current.text != team.context):
-                await self.set_team_context(team.name, team.context, source="config")
+                done = await self.set_team_context(team.name, team.context, source="config")
+                if isinstance(done, ErrorItem):
+                    logger.error("GraniKV: team %s's configured context not set: %s",
+                                 team.name, done.message)
 
     async def _background(self) -> None:
         while True:

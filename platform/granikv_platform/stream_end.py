@@ -20,6 +20,7 @@ DONE = "data: [DONE]"
 _FINISH_KEY = '"finish_reason":'
 _FINISHED = re.compile(r'(?<!\\)"finish_reason":\s*"')
 _ERROR = re.compile(r'^data: \{"error":', re.MULTILINE)
+_ERROR_EVENT = re.compile(r'^data: \{"error":.*$', re.MULTILINE)  # the whole line
 
 
 @dataclass
@@ -60,6 +61,13 @@ def error_event(message: str, status: int = 500, type_: str = "InternalServerErr
     """An OpenAI-shaped error event, as vLLM's serving code sends one mid-stream."""
     return "data: " + json.dumps({"error": {"message": message, "type": type_,
                                             "code": status}}) + "\n\n"
+
+
+def replace_errors(text: str, event: str) -> str:
+    """``text`` with each of its error events replaced by ``event`` (an
+    ``error_event``)."""
+    line = event.strip()
+    return _ERROR_EVENT.sub(lambda _: line, text)
 
 
 def before_done(text: str, event: str) -> str:

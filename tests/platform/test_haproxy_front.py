@@ -31,9 +31,13 @@ import pytest
 from granikv_platform.front import CALLBACK, PROXY_CALLBACK_ENV
 from granikv_platform.names import REPLICA_HEADER
 from tests.conftest import REPO, app_args, auth, free_port
+from tests.platform.test_header_limits import GET, flood, refused, status
+from tests.platform.test_header_limits import request as raw_request
+from tests.reliability.figures import record
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 NAME = "gkvha"
+HEADER_LIMIT = 8192
 
 SERVE = """
 import json, sys
@@ -62,6 +66,8 @@ def haproxy_app() -> Iterator[tuple[str, psutil.Process]]:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_TMPDIR")}
     env.update({"RAY_TMPDIR": str(tmp), "RAY_SERVE_ENABLE_HA_PROXY": "1",
                 PROXY_CALLBACK_ENV: CALLBACK,
+                # under HAProxy's own bound (about 15 KiB), so that the replica's applies
+                "GRANIKV_MAX_HEADER_BYTES": str(HEADER_LIMIT),
                 "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
                 "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
                 "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
@@ -143,3 +149,24 @@ def test_errors_are_openai_shaped_through_haproxy(haproxy_app: tuple[str, Any]) 
         assert r.status_code == 404 and r.json()["error"]["code"] == 404, r.text
         r = c.post("/teams/blue/v1/chat/completions", json={})  # another team's route
         assert r.status_code == 403 and r.json()["error"]["code"] == 403, r.text
+
+
+def test_oversized_headers_are_refused_at_once_through_haproxy(
+        haproxy_app: tuple[str, Any]) -> None:
+    """HAProxy refuses a header section over its buffer (``tune.bufsize`` 16384 less its
+    rewrite reserve) or over 101 fields with its own 400, at once; one under HAProxy's
+    bounds and over the front's limits is the replica's server's 431."""
+    url, _ = haproxy_app
+    port = int(url.rsplit(":", 1)[1])
+    big = flood(port, 100)
+    record("big_headers_haproxy", header_mb=100, status=status(big.answer),
+           refused_after_s=round(big.answered_s, 3), sent_mb_before_answer=round(big.sent_mb, 1))
+    assert big.answered_s < 2.0 and big.sent_mb < 100, big
+    assert status(big.answer) == 400 and b"connection: close" in big.answer.lower()
+    many = b"".join(b"x-%d: v\r\n" % i for i in range(2000))
+    assert status(raw_request(port, GET + many)) == 400
+    answer = raw_request(port, GET + b"x-pad: " + b"p" * (HEADER_LIMIT + 100) + b"\r\n")
+    refused(answer, "GRANIKV_MAX_HEADER_BYTES", close=False)  # HAProxy's connection to
+    # the client is its own: the replica's server closes the one from HAProxy
+    assert status(raw_request(port, GET + b"x-pad: " + b"p" * (HEADER_LIMIT // 2) + b"\r\n")) \
+        == 401  # under both: the app's own answer (no key)

@@ -6,17 +6,24 @@ LLM replicas). The last two tests restart replicas and wait until the app recove
 - /metrics carries vLLM's own families per replica and per-team families; a request id
   given by the client comes back in the header and in an error body.
 - An engine core killed under a replica: requests get 200 (the other replica) or 503
-  with Retry-After, never a 500, and the replica's process ends at once, so that Serve
-  replaces it (a failing health check would take three periods).
+  with Retry-After, never a 500; its streams in flight end with the same 503 as an
+  error event; the replica's process ends within about a second, so that Serve
+  replaces it (a failing health check would take three periods), and leaves none of
+  its engine's files.
 - Every LLM replica gone at once: a request gets a 503 with Retry-After within
   ``replicas.replica_wait_s``, not a wait until a replica is back.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, suppress
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +31,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from granikv_platform.engine_files import RECORDS_DIR
+from granikv_platform.names import REPLICA_HEADER
 from tests.conftest import ADMIN, APP, auth, stats, wait_until
 from tests.reliability.figures import record
 from tests.reliability.test_load import two_replicas
@@ -46,6 +55,48 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def engine_record(replica_pid: int) -> dict[str, Any]:
+    """The record of the files of a replica's engine (``EngineFiles.of_children``)."""
+    for path in (Path(tempfile.gettempdir()) / RECORDS_DIR).glob("*.json"):
+        record: dict[str, Any] = json.loads(path.read_text())
+        if record["owners"][0][0] == replica_pid:
+            return {**record, "path": str(path)}
+    raise AssertionError(f"no record of replica {replica_pid}'s engine files")
+
+
+def still_there(files: list[str]) -> list[str]:
+    return [f for f in files if os.path.lexists(f)]
+
+
+def shm_mb(files: list[str]) -> int:
+    """The apparent size of the /dev/shm files among ``files``, in MB."""
+    total = 0
+    for f in files:
+        if f.startswith("/dev/shm/"):
+            with suppress(OSError):
+                total += os.stat(f).st_size
+    return round(total / 1e6)
+
+
+def open_streams(c: httpx.Client, stack: ExitStack, victim: str,
+                 on_victim: int) -> list[tuple[str, str, Any]]:
+    """Streams until ``on_victim`` of them are on the replica ``victim``, each past its
+    first chunk: (replica, request id, its lines)."""
+    body = {"model": MODEL, "prompt": "count: one two", "max_tokens": 64, "n": 2,
+            "ignore_eos": True, "stream": True}
+    opened: list[tuple[str, str, Any]] = []
+    while sum(rep == victim for rep, _, _ in opened) < on_victim:
+        assert len(opened) < 32, "Serve sent 32 streams to one replica"
+        rid = f"dead-engine-{len(opened)}"
+        s = stack.enter_context(c.stream("POST", "/v1/completions", json=body,
+                                         headers={"x-request-id": rid}))
+        assert s.status_code == 200, s.read()
+        lines = s.iter_lines()
+        assert next(ln for ln in lines if ln.startswith("data: ")) != "data: [DONE]"
+        opened.append((s.headers[REPLICA_HEADER], rid, lines))
+    return opened
 
 
 def test_replicas_warm_up_before_they_report(base_url: str) -> None:
@@ -90,7 +141,12 @@ def test_a_dead_engine_is_503_at_once_and_its_replica_replaced(base_url: str) ->
     victim = sorted(old)[0]
     pid = stats(base_url)["replicas"][victim]["pid"]  # the replica's process
     core = engine_core(pid)
+    files = engine_record(pid)
+    assert still_there(files["files"]), files
     exited: list[float] = []
+    c = httpx.Client(base_url=base_url, headers=auth("chaos"), timeout=120)
+    stack = ExitStack()
+    streams = open_streams(c, stack, victim, on_victim=3)
 
     def watch() -> None:  # when the replica's process ends
         while not gone(pid) and time.monotonic() - t_kill < 120:
@@ -101,6 +157,10 @@ def test_a_dead_engine_is_503_at_once_and_its_replica_replaced(base_url: str) ->
     core.kill()
     watcher = threading.Thread(target=watch)
     watcher.start()
+    with stack:
+        ends = [(rid, [ln for ln in lines if ln.startswith("data: ")])
+                for rep, rid, lines in streams if rep == victim]
+    c.close()
     codes: list[tuple[int, str | None]] = []
 
     def one(_: int) -> tuple[int, str | None]:
@@ -115,7 +175,16 @@ def test_a_dead_engine_is_503_at_once_and_its_replica_replaced(base_url: str) ->
     t_exit = exited[0]
     assert all(code in (200, 503) for code, _ in codes), codes
     assert all(ra is not None for code, ra in codes if code == 503), codes
-    assert t_exit < 10, t_exit  # a failing health check: 3 x 10 s
+    cut = [(rid, events) for rid, events in ends if any(e.startswith('data: {"error"')
+                                                         for e in events)]
+    assert cut, ends  # the victim's streams in flight: the dead engine's 503 event
+    for rid, events in cut:
+        assert events[-1] == "data: [DONE]", events[-3:]
+        err = json.loads(events[-2].removeprefix("data: "))["error"]
+        assert err["code"] == 503 and err["type"] == "ServiceUnavailableError", err
+        assert err["request_id"] == rid and "retry" in err["message"], err
+    assert t_exit < 2.5, t_exit  # about a second; a failing health check: 3 x 10 s
+    assert not still_there(files["files"] + [files["path"]]), files
 
     def replaced() -> set[str] | None:
         ids = set(stats(base_url)["replicas"])
@@ -127,7 +196,8 @@ def test_a_dead_engine_is_503_at_once_and_its_replica_replaced(base_url: str) ->
            answered_200=sum(c == 200 for c, _ in codes),
            answered_503=sum(c == 503 for c, _ in codes),
            answered_other=sum(c not in (200, 503) for c, _ in codes),
-           replica_exit_s=round(t_exit, 1), replaced_s=round(t_back, 1))
+           streams_cut_503=len(cut), replica_exit_s=round(t_exit, 2),
+           engine_files_left=0, replaced_s=round(t_back, 1))
 
 
 def test_an_outage_of_every_replica_is_a_prompt_503(base_url: str,

@@ -1,9 +1,10 @@
 """Faults on the real Serve app (the session app of tests/conftest.py), team ``chaos``.
 
-- HOT arena exhausted: pinned prefixes fill both replicas' arenas until a registration
-  no longer fits anywhere; requests bound to that prefix are served from COLD, with
-  the same greedy answer as the same prompt unbound, and requests bound to a prefix
-  that did fit still hit HOT. Deleting the prefixes gives every slot back.
+- HOT budget exhausted: pinned prefixes fill the team's HOT budget until the registry
+  refuses one (409); the same prefix registered unpinned fits on no replica (COLD);
+  requests bound to it are served from COLD, with the same greedy answer as the same
+  prompt unbound, and requests bound to a prefix that did fit still hit HOT. Deleting
+  the prefixes gives every slot back.
 - Unpin and delete during use: requests are streaming from a prefix when it is unpinned
   and then deleted; its slots are freed only when the last of them finishes (deferred
   free), another prefix registered meanwhile does not take them, and every stream's
@@ -92,16 +93,20 @@ def without_chaos(url: str) -> dict[str, Any]:
         for p in rep["prefix_hits"].values()), "no chaos prefix on any replica")
 
 
-def test_exhausted_hot_arena_serves_from_cold(base_url: str) -> None:
+def test_exhausted_hot_budget_serves_from_cold(base_url: str) -> None:
     c = httpx.Client(base_url=base_url, headers=auth("chaos"), timeout=120)
     delete_all(c)
     before = without_chaos(base_url)
     cap = min(h["capacity"] for h in hot(before).values())
     placed: list[str] = []
     overflow = None
-    for i in range(cap // PLEN + 4):  # enough to fill the arena whatever is in it
+    for i in range(cap // PLEN + 4):  # more than the whole arena
         pid = f"chaos-fill-{i}"
         r = c.post("/v1/prefixes", json={"token_ids": tokens(i, PLEN), "prefix_id": pid})
+        if r.status_code == 409:  # past the team's HOT budget: registered unpinned
+            assert "HOT budget" in r.json()["error"]["message"], r.text
+            r = c.post("/v1/prefixes", json={"token_ids": tokens(i, PLEN),
+                                             "prefix_id": pid, "pin": False})
         assert r.status_code == 201, r.text
         s = settle(base_url, lambda s, pid=pid: "missing" not in states(s, pid),  # type: ignore[misc]
                    f"{pid} on every replica", 30)
@@ -109,10 +114,11 @@ def test_exhausted_hot_arena_serves_from_cold(base_url: str) -> None:
             overflow = pid
             break
         placed.append(pid)
-    assert overflow is not None, "the arena never filled"
+    assert overflow is not None, "the budget never filled"
     full = stats(base_url)
-    for h in hot(full).values():
-        assert h["free"] < PLEN or h["largest_free_run"] < PLEN, h  # nothing more fits
+    for rep in full["replicas"].values():  # nothing more of chaos fits
+        team = rep["granikv"]["teams"]["chaos"]
+        assert team["used"] + PLEN > team["budget"], team
     ready = next(p for p in placed if states(full, p) == {"ready"})
 
     suffix = [77, 78, 79, 80]
@@ -147,7 +153,9 @@ def test_exhausted_hot_arena_serves_from_cold(base_url: str) -> None:
         assert h["entries"] <= hot(before)[r]["entries"], (h, hot(before)[r])
     c.close()
     record("fault_hot_exhausted", prefixes_registered=len(placed) + 1,
-           prefix_tokens=PLEN, hot_capacity=cap, requests_served_from_cold=n,
+           prefix_tokens=PLEN, hot_capacity=cap, team_budget={
+               r: rep["granikv"]["teams"]["chaos"]["budget"]
+               for r, rep in full["replicas"].items()}, requests_served_from_cold=n,
            requests_served_from_hot=n, deleted=deleted,
            hot_after={r: {k: h[k] for k in ("used", "pinned", "referenced")}
                       for r, h in hot(after).items()},

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import API_KEYS, REPO, auth
+from tests.platform.test_header_limits import GET, MB, Flood, flood, refused
+from tests.platform.test_header_limits import request as raw_request
 from tests.reliability.figures import record
 from tests.reliability.test_fuzz_api import engine_still_answers, live_replicas
 
@@ -353,3 +358,76 @@ def test_token_id_boundaries_and_constraints(base_url: str) -> None:
            replicas_unchanged=live_replicas() == replicas_before)
     assert not problems, f"{len(problems)} of {len(cases)}:\n" + "\n".join(problems)
     assert live_replicas() == replicas_before, "a replica died or restarted"
+
+
+def proxy_process(port: int) -> psutil.Process:
+    """The process of Serve's HTTP proxy: the one listening on the app's port."""
+    (pid,) = {c.pid for c in psutil.net_connections("tcp")
+              if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid}
+    return psutil.Process(pid)
+
+
+class TestBigHeaders:
+    """Header sections over the front's limits (``header_limits.py``), sent without a key:
+    Serve's proxy answers 431 while the header is still arriving, its memory stays flat
+    and a keyed client is answered meanwhile; and each answer has one request id, in its
+    header and its body, whatever the client sent as its own."""
+
+    def test_a_100_mb_header_is_refused_before_any_key_is_read(self, base_url: str) -> None:
+        port = int(base_url.rsplit(":", 1)[1])
+        proxy = proxy_process(port)
+        rss_before = proxy.memory_info().rss / MB
+        flooded: list[Flood] = []
+        latencies: list[float] = []
+        done = threading.Event()
+
+        def keyed() -> None:
+            with httpx.Client(base_url=base_url, headers=auth("fuzz"), timeout=60) as c:
+                while not done.is_set() or len(latencies) < 3:
+                    t0 = time.monotonic()
+                    assert c.get("/v1/models").status_code == 200
+                    latencies.append(time.monotonic() - t0)
+
+        other = threading.Thread(target=keyed)
+        other.start()
+        try:
+            flooded.append(flood(port, 100, keep_sending=True))  # as a hostile client
+            many = b"".join(b"x-%d: v\r\n" % i for i in range(2000))
+            fields = refused(raw_request(port, GET + many), "GRANIKV_MAX_HEADERS")
+        finally:
+            done.set()
+            other.join()
+        rss_after = proxy.memory_info().rss / MB
+        (f,) = flooded
+        error = refused(f.answer, "GRANIKV_MAX_HEADER_BYTES")
+        record("big_headers", header_mb=100, sent_mb_before_answer=round(f.sent_mb, 1),
+               refused_after_s=round(f.answered_s, 3), status=error["code"],
+               sent_mb_in_all=round(f.total_mb, 1), sending_s=round(f.total_s, 3),
+               fields_2000_status=fields["code"], proxy_rss_before_mb=round(rss_before, 1),
+               proxy_rss_after_mb=round(rss_after, 1),
+               keyed_models_max_s=round(max(latencies), 3),
+               keyed_models_requests=len(latencies))
+        assert f.answered_s < 2.0 and f.sent_mb < 100, f
+        assert rss_after - rss_before < 16, (rss_before, rss_after)
+        assert max(latencies) < 2.0, latencies
+
+    def test_one_request_id_in_header_and_body(self, base_url: str) -> None:
+        port = int(base_url.rsplit(":", 1)[1])
+        answer = raw_request(port, GET + b"x-request-id: " + b"r" * MB + b"\r\n")
+        error = refused(answer, "GRANIKV_MAX_HEADER_BYTES")  # one id in both places
+        assert len(str(error["request_id"])) == 32 and len(answer) < 2000
+        rid = b"x-request-id"
+        odd = [[(rid, b"a b")], [(rid, b"<script>")], [(rid, b"a" * 129)], [(rid, b"r\xe9q")],
+               [(rid, b"")], [(rid, b"one"), (rid, b"two")]]
+        with httpx.Client(base_url=base_url, timeout=60) as c:
+            for given in odd:
+                for key in ({}, auth("fuzz")):  # the app's 401, and its 404
+                    keyed = [(k.encode(), v.encode()) for k, v in key.items()]
+                    r = c.get("/v1/no-such-route", headers=[*given, *keyed])
+                    assert r.status_code in (401, 404), r.text
+                    ids = r.headers.get_list("x-request-id")
+                    assert ids == [r.json()["error"]["request_id"]], (given, ids, r.text)
+                    assert len(ids[0]) == 32 and ids[0] not in str(given), (given, ids)
+            r = c.get("/v1/no-such-route", headers={**auth("fuzz"), "x-request-id": "ok-1.2:3"})
+            assert r.headers.get_list("x-request-id") == ["ok-1.2:3"]
+            assert r.json()["error"]["request_id"] == "ok-1.2:3"

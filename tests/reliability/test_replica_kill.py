@@ -5,7 +5,9 @@ The replicas are the app's ingress: a client's stream is served by one of them, 
 Serve's proxy. Killed in the middle of streams, a replica's streams end with an
 OpenAI-shaped error event (503, the request's id) and ``data: [DONE]``, not a cut
 connection; the other replica's streams finish; the next request is served by the live
-replica, at once.
+replica, at once. The killed replica unlinks nothing: its engine's shared-memory
+segments and IPC socket files are removed by the replica that Serve starts in its
+place, from the record the killed one wrote.
 
 The run (team ``chaos``: eight reviewers in parallel, four at a time, then a
 synthesizer) goes through the run service, which calls the LLM replicas through a Serve
@@ -41,6 +43,12 @@ from granikv_platform.names import REPLICA_HEADER
 from tests.agents.helpers import wait_run
 from tests.conftest import APP, REPO, TEAMS, auth, counters, stats, wait_until
 from tests.reliability.figures import record
+from tests.reliability.test_engine_outage import (
+    engine_record,
+    gone,
+    shm_mb,
+    still_there,
+)
 from tests.reliability.test_load import two_replicas
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
@@ -141,6 +149,9 @@ def test_streams_of_a_killed_replica_end_with_an_error_event(base_url: str) -> N
             assert next(ln for ln in lines if ln.startswith("data: ")) != "data: [DONE]"
             opened.append((s.headers[REPLICA_HEADER], rid, lines))
         victim = opened[-1][0]  # its newest stream has most of its tokens ahead
+        record_of_victim = engine_record(stats(base_url)["replicas"][victim]["pid"])
+        files = record_of_victim["files"]
+        victim_mb = shm_mb(files)
         t_kill = time.monotonic()
         kill_replica("llm", victim)
         ends = [(rep, rid, [ln for ln in lines if ln.startswith("data: ")])
@@ -166,11 +177,22 @@ def test_streams_of_a_killed_replica_end_with_an_error_event(base_url: str) -> N
         s = set(stats(base_url)["replicas"])
         return s if len(s) == 2 and victim not in s else None
 
+    # what the kill left once the killed replica's engine ended (its engine core
+    # follows its replica: parent_watch); the new replica removes it once it started
+    pids = [pid for pid, _ in record_of_victim["owners"]]
+    wait_until(lambda: all(gone(p) for p in pids), 60, "the killed engine to end")
+    left = still_there(files)
+    left_mb = shm_mb(left)
     wait_until(replaced, 300, "Serve to replace the killed replica", every_s=1.0)
+    t_back = time.monotonic() - t_kill
+    assert not still_there(files), still_there(files)  # removed by the new replica
     record("fault_replica_killed_mid_stream", streams=len(ends), streams_cut=len(lost),
            streams_on_the_victim_finished_before=len(on_victim) - len(lost),
            streams_finished=len(kept), next_request_s=round(took, 2),
-           replaced_s=round(time.monotonic() - t_kill, 1), replicas_before=len(old))
+           replaced_s=round(t_back, 1), replicas_before=len(old),
+           victim_engine_files=len(files), victim_shm_mb=victim_mb,
+           files_left_by_the_kill=len(left), shm_mb_left_by_the_kill=left_mb,
+           engine_files_left_after_replacement=0)
 
 
 def test_killed_llm_replica_during_a_team_run(base_url: str) -> None:
