@@ -7,7 +7,9 @@
               GraniKV statistics, then keep serving until Ctrl-C or SIGTERM (--once:
               exit); either stops Serve and Ray and removes this run's files. Without
               a keys file (auth.keys_file, GRANIKV_API_KEYS_FILE) it makes API keys for
-              this run only, and prints them.
+              this run only, and prints them. Its cluster listens on 127.0.0.1 with
+              Ray's token auth (RAY_AUTH_MODE=disabled: refused unless
+              --allow-ray-auth-disabled).
     keys      write an API keys file: a new key per team named (and the operator's)
     validate  build the Serve applications of a config file (or a RayService manifest)
 """
@@ -49,14 +51,18 @@ def run(
     once: Annotated[bool, typer.Option("--once", "--no-serve",
                                        help="Exit after printing, instead of serving.")] = False,
     verbose: Annotated[bool, typer.Option(help="Stream the replicas' logs here.")] = False,
+    allow_ray_auth_disabled: Annotated[bool, typer.Option(
+        "--allow-ray-auth-disabled", help="Start the local cluster even with "
+        "RAY_AUTH_MODE=disabled (anyone who reaches 127.0.0.1 can then call Ray).")] = False,
 ) -> None:
     """Start the app locally, run the example team, print answers and statistics."""
     from granikv_platform.loader import load_serve_config
-    from granikv_platform.local import check_loopback_front, stop_on_sigterm
+    from granikv_platform.local import check_loopback_front, check_ray_auth, stop_on_sigterm
 
     if ENV.ray_address is None:
         try:
             check_loopback_front(ENV)
+            check_ray_auth(ENV, allow_ray_auth_disabled)
         except ValueError as e:
             raise typer.BadParameter(str(e)) from None
     stop_on_sigterm()  # SIGTERM and Ctrl-C alike: Serve and Ray stop, the keys go
@@ -67,7 +73,8 @@ def run(
         if keys is not None and team_spec["team"] not in keys:
             raise typer.BadParameter(f"the keys file holds no clear-text key of team "
                                      f"{team_spec['team']!r} for the demo")
-        _serve(serve_file, config, team_spec, keys, port, max_tokens, once, verbose)
+        _serve(serve_file, config, team_spec, keys, port, max_tokens, once, verbose,
+               allow_ray_auth_disabled)
     finally:
         shutil.rmtree(keys_dir, ignore_errors=True)  # this run's keys die with it
 
@@ -95,7 +102,7 @@ def _api_keys(serve_file: ServeFile, folder: Path) -> tuple[ServeFile, dict[str,
 
 def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
            keys: dict[str, str] | None, port: int | None, max_tokens: int | None,
-           once: bool, verbose: bool) -> None:
+           once: bool, verbose: bool, allow_ray_auth_disabled: bool) -> None:
     from granikv_agents.demo import quickstart, run_demo
     from granikv_platform import local
     from granikv_platform.auth import OPERATOR
@@ -109,7 +116,8 @@ def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
     t0 = time.monotonic()
     try:  # a signal during start-up stops what started too
         url = local.start(serve_file, host, port, ray_address=ENV.ray_address,
-                          verbose=verbose, echo=typer.echo)
+                          verbose=verbose, echo=typer.echo,
+                          allow_ray_auth_disabled=allow_ray_auth_disabled)
         root = url + serve_file.apps[0].route_prefix.rstrip("/")
         model = serve_file.apps[0].config.model.model_id
         typer.echo(f"serving {model} at {root} (up in {time.monotonic() - t0:.0f} s)")

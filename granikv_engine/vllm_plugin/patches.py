@@ -79,6 +79,15 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(f"{_CORE}:DPEngineCoreProc.run_busy_loop", "wraps (class)",
              "core.parent_watch", ("self",)),
     Internal(f"{_CORE}:EngineCore.vllm_config", "reads", "core.parent_watch"),
+    # workers: their process group's store on the loopback address (torch's, not vLLM's)
+    Internal("vllm.v1.executor.multiproc_executor:get_loopback_ip", "reads (the workers' "
+             "tcp:// host)", "loopback_store", ()),
+    Internal("torch.distributed.rendezvous:_rendezvous_handlers", "replaces tcp",
+             "loopback_store"),
+    Internal("torch.distributed.rendezvous:_get_use_libuv_from_query_dict", "calls",
+             "loopback_store", ("query_dict",)),
+    Internal("torch.distributed.rendezvous:_torchelastic_use_agent_store", "calls",
+             "loopback_store", ()),
     # engine core: scheduler and KV-cache manager
     Internal("vllm.v1.core.sched.scheduler:Scheduler._free_request", "subclasses",
              "core.scheduler", ("self", "request", "delay_free_blocks")),
@@ -197,17 +206,19 @@ def _check(it: Internal) -> str | None:
 
 def apply() -> None:
     """The plugin's process-wide hooks (every vLLM process; they change nothing until a
-    config enables GraniKV)."""
+    config enables GraniKV, except that a workers' store at a loopback address listens
+    on that address only: ``loopback_store.py``)."""
     check_version()
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    from granikv_engine.vllm_plugin import enable
+    from granikv_engine.vllm_plugin import enable, loopback_store
     from granikv_engine.vllm_plugin.core import engine_hooks, parent_watch
 
     register_backend(AttentionBackendEnum.CUSTOM, enable.BACKEND)
     engine_hooks.install()
     parent_watch.install()
+    loopback_store.install()
     _hook_platform(type(current_platform))
     _hook_model_runner()
 

@@ -7,10 +7,15 @@ the controller's ``deploy_apps``), so its ``deployments:`` overrides, ``runtime_
 here listens on 127.0.0.1 only: Ray puts every process (GCS, raylet, workers, agents) on
 the node's address, and takes the loopback address only where it runs single-machine
 clusters (``ray_constants.ENABLE_RAY_CLUSTER`` off, as Ray's
-``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` sets it when Ray is imported). The start-up
-reports each stage (Ray, Serve, each deployment's replicas, the registry, readiness)
-through ``echo``. Private Ray symbols used: ``serve_start``, ``deploy_apps``,
-``ray_constants.ENABLE_RAY_CLUSTER``, the node's ``get_logs_dir_path``.
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` sets it when Ray is imported); Serve's replicas'
+gRPC servers, which Ray puts on every interface, follow through a worker-process setup
+hook (``loopback.py``), and the vLLM workers' store through the engine's plugin
+(``granikv_engine/vllm_plugin/loopback_store.py``). It runs with Ray's token auth:
+``RAY_AUTH_MODE=disabled`` is refused unless asked for. The start-up reports each stage
+(Ray, Serve, each deployment's replicas, the registry, readiness) through ``echo``.
+Private Ray symbols used: ``serve_start``, ``deploy_apps``,
+``ray_constants.ENABLE_RAY_CLUSTER``, ``ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR``,
+the node's ``get_logs_dir_path``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ray._private import ray_constants
 from ray.serve._private import api as serve_api
 from ray.serve.schema import ApplicationStatusOverview, ServeDeploySchema
 
+from granikv_platform import loopback
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
 from granikv_platform.env import PlatformEnv
 from granikv_platform.front import CALLBACK, PROXY_CALLBACK_ENV
@@ -37,10 +43,12 @@ from granikv_platform.loader import ServeFile
 
 Echo = Callable[[str], None]
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's own switch, "0": loopback
+ALLOW_NO_AUTH_FLAG = "--allow-ray-auth-disabled"  # granikv run's
 
 
 def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | None = None,
-          verbose: bool = False, timeout_s: float = 900.0, echo: Echo = print) -> str:
+          verbose: bool = False, timeout_s: float = 900.0, echo: Echo = print,
+          allow_ray_auth_disabled: bool = False) -> str:
     """Start (or join) Ray, start Serve's HTTP proxy, deploy every application and wait
     until each is running and ready (its ``/readyz``). Returns the base URL."""
     t0 = time.monotonic()
@@ -48,7 +56,7 @@ def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | Non
     def say(msg: str) -> None:
         echo(f"[{time.monotonic() - t0:4.0f} s] {msg}")
 
-    logs = start_ray(ray_address, verbose)
+    logs = start_ray(ray_address, verbose, allow_ray_auth_disabled)
     stop_on_sigterm()  # ray.init replaced the handler (and Ray's native one may abort)
     say(f"Ray: {'joined ' + ray_address if ray_address else 'a local cluster on 127.0.0.1'}"
         f"; the server's logs: {logs} (Serve's in serve/, the replicas' in worker-*)")
@@ -66,15 +74,19 @@ def start(serve_file: ServeFile, host: str, port: int, *, ray_address: str | Non
     return url
 
 
-def start_ray(ray_address: str | None, verbose: bool) -> Path:
+def start_ray(ray_address: str | None, verbose: bool,
+              allow_ray_auth_disabled: bool = False) -> Path:
     """Join ``ray_address``, or start a cluster of this process on 127.0.0.1 only, whose
     Serve proxy answers in the platform's shape (``front.py``; a cluster joined sets
     that in its own environment). Returns the folder of the cluster's logs on this
     machine."""
     if ray_address is None:
-        check_loopback_front(PlatformEnv.from_environ())
+        env = PlatformEnv.from_environ()
+        check_loopback_front(env)
+        check_ray_auth(env, allow_ray_auth_disabled)
         os.environ[LOOPBACK_ENV] = "0"  # the processes that ray.init starts import Ray
         ray_constants.ENABLE_RAY_CLUSTER = False  # this process imported it already
+        os.environ[ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR] = loopback.HOOK
         os.environ.setdefault(PROXY_CALLBACK_ENV, CALLBACK)  # front.py, in Serve's proxy
     ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose,
              namespace="granikv")
@@ -93,6 +105,19 @@ def check_loopback_front(env: PlatformEnv) -> None:
             "RAY_SERVE_ENABLE_HA_PROXY=1: Serve's HAProxy mode listens on every "
             "interface, and granikv run's local cluster listens on 127.0.0.1 only; unset "
             "it here (a cluster, `serve deploy`, can run HAProxy)")
+
+
+def check_ray_auth(env: PlatformEnv, allowed: bool) -> None:
+    """A local cluster runs with Ray's token auth (Ray's default for a cluster that
+    ``ray.init`` starts): without it, whoever reaches 127.0.0.1 (every user of this
+    machine) can call Ray's GCS and raylet, which run code, and Serve's replicas' gRPC
+    servers. ``RAY_AUTH_MODE=disabled`` is refused unless ``allowed``."""
+    if env.ray_auth_disabled and not allowed:
+        raise ValueError(
+            "RAY_AUTH_MODE=disabled: the local cluster's Ray processes and Serve's "
+            "replicas would take calls, and run code, for anyone who can reach "
+            "127.0.0.1 on this machine; unset RAY_AUTH_MODE (Ray then makes a token), "
+            f"or pass {ALLOW_NO_AUTH_FLAG} to run without Ray's auth")
 
 
 def registries(serve_file: ServeFile) -> dict[str, str]:

@@ -31,7 +31,8 @@ def test_run_once_prints_answers_and_statistics() -> None:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "granikv_agents.cli", "run", "--once",
-             "--port", str(free_port()), "--max-tokens", "8"],
+             "--port", str(free_port()), "--max-tokens", "8",
+             "--allow-ray-auth-disabled"],  # as the suite's cluster
             cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

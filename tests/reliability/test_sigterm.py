@@ -119,7 +119,8 @@ def test_sigterm_stops_serve_and_ray_and_removes_the_keys() -> None:
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "granikv_agents.cli", "run", "--port", str(port),
-             "--max-tokens", "2"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+             "--max-tokens", "2", "--allow-ray-auth-disabled"],  # as the suite's cluster
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: SERVING in log.read_text() or proc.poll() is not None, 480,
                    "`granikv run` to serve", every_s=1.0)
