@@ -11,6 +11,7 @@ import os
 import stat
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -58,12 +59,18 @@ class EngineFiles:
         return out
 
     @classmethod
-    def of_children(cls, sockets_before: set[str],
-                    records: Path | None = None) -> EngineFiles:
-        """``sockets_before``: ``socket_files()`` before the engine started. The record
-        goes to ``records`` (default ``records_dir()``)."""
+    def before(cls) -> Before:
+        """What is there before an engine starts: ``of_children`` takes what is new."""
+        return Before(cls.socket_files(), {p.pid for p in psutil.Process().children()})
+
+    @classmethod
+    def of_children(cls, before: Before, records: Path | None = None) -> EngineFiles:
+        """The files of the engine this process started since ``before`` (``before()``):
+        those of the children it started meanwhile and their descendants (not those of
+        a child it had already, such as a local Ray cluster's processes in a driver).
+        The record goes to ``records`` (default ``records_dir()``)."""
         procs, paths = [], set()
-        for p in psutil.Process().children(recursive=True):
+        for p in _started_since(before.children):
             try:
                 mapped = {m.path for m in p.memory_maps(grouped=True)
                           if m.path.startswith("/dev/shm/")}
@@ -79,7 +86,7 @@ class EngineFiles:
                 own |= {c.laddr for c in p.net_connections(kind="unix")
                         if isinstance(c.laddr, str) and os.path.dirname(c.laddr) == tmp}
         bound = _bound_unix_paths()
-        closed = set() if bound is None else cls.socket_files() - sockets_before - bound
+        closed = set() if bound is None else cls.socket_files() - before.sockets - bound
         me = os.getpid()
         cores = [p for p in procs if _ppid(p) == me]
         files = paths | own | closed
@@ -124,6 +131,27 @@ class EngineFiles:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         return removed
+
+
+@dataclass(frozen=True)
+class Before:
+    """Socket files in the temp folder, and this process's children, before an engine
+    started."""
+
+    sockets: set[str]
+    children: set[int]
+
+
+def _started_since(children_before: set[int]) -> list[psutil.Process]:
+    """This process's children not in ``children_before``, and all their descendants."""
+    out: list[psutil.Process] = []
+    for child in psutil.Process().children():
+        if child.pid in children_before:
+            continue
+        out.append(child)
+        with contextlib.suppress(psutil.Error):
+            out.extend(child.children(recursive=True))
+    return out
 
 
 def records_dir() -> Path:

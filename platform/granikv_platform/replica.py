@@ -94,11 +94,11 @@ class LLMReplica(ReplicaHttp):
         seed = self.cfg.engine.weight_seed if (
             self.cfg.engine.dummy_weights and self.cfg.engine.reinit_dummy_weights) else None
         EngineFiles.remove_dead()  # what the engines of killed replicas left here
-        sockets = EngineFiles.socket_files()
+        before = EngineFiles.before()
         self.engine = await EngineHost.start(args, await gpu_vllm_config(self.cfg, args), seed,
                                              self.cfg.limits.max_prompt_tokens,
                                              self.cfg.frontend)
-        self._engine_files = EngineFiles.of_children(sockets)
+        self._engine_files = EngineFiles.of_children(before)
         EngineFiles.remove_dead()  # those whose engine ended while this one started
         try:  # a replica that fails to start leaves no engine (nor its GPU memory) behind
             self.engine.calls = self.calls

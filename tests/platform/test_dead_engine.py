@@ -51,7 +51,7 @@ from tests.conftest import app_args
 
 async def main() -> None:
     cfg = PlatformConfig.model_validate(app_args(Path(sys.argv[1])))
-    before = EngineFiles.socket_files()
+    before = EngineFiles.before()
     await EngineHost.start(cfg.engine_args(), None, cfg.engine.weight_seed, None,
                            cfg.frontend)
     files = EngineFiles.of_children(before, Path(sys.argv[2]))
@@ -100,7 +100,7 @@ def ended(pids: list[int], timeout_s: float) -> bool:
 async def scenario(tmp: Path) -> dict[str, Any]:
     records = tmp / "records"
     cfg = PlatformConfig.model_validate(app_args(tmp))
-    before = EngineFiles.socket_files()
+    before = EngineFiles.before()
     engine = await EngineHost.start(cfg.engine_args(), None, cfg.engine.weight_seed, None,
                                     cfg.frontend)
     files = EngineFiles.of_children(before, records)

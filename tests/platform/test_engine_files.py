@@ -8,6 +8,7 @@ socket directly in the temp folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,22 @@ def test_a_reused_pid_is_not_the_recorded_process(tmp: Path, holders: list[Holde
     holders.append(live)
     write_record(records, [me, live.process], live.files)
     assert EngineFiles.remove_dead(records) == 0 and live.left() == live.files
+
+
+def test_only_the_processes_started_since_before_are_the_engines(
+        tmp: Path, holders: list[Holder]) -> None:
+    """A process that had children before its engine started (a driver of a local Ray
+    cluster, whose raylet maps /dev/shm) takes only the new ones for its engine's: their
+    files are recorded, and the older child is neither recorded nor taken for an engine
+    core (which the replica's leaving would wait for, and a test would kill)."""
+    older = Holder(tmp)
+    holders.append(older)
+    before = EngineFiles.before()
+    engine = Holder(tmp)
+    holders.append(engine)
+    files = EngineFiles.of_children(before, tmp / "records")
+    assert [p.pid for p in files.cores] == [engine.proc.pid] and not files.workers
+    assert engine.segment in files.files and not older.files & files.files, files.files
+    assert files.record is not None
+    owners = [pid for pid, _ in json.loads(files.record.read_text())["owners"]]
+    assert owners == [os.getpid(), engine.proc.pid], owners
