@@ -95,7 +95,10 @@ class EngineFiles:
 
     def remove_left(self, wait_s: float = 5.0) -> None:
         """Once the engine cores ended (within ``wait_s``), their workers too (killed
-        after ``ORPHAN_GRACE_S``), remove the files and the record."""
+        after ``ORPHAN_GRACE_S``), remove the files, and the record once none is left
+        (what another process still uses goes when the next replica starts after this
+        one ended: ``remove_dead``). The engine's front end in this process is shut
+        down: the socket files it still binds are removed too."""
         if _wait_ended(self.cores, wait_s):  # still running: their files are still theirs
             logger.warning("GraniKV: engine processes %s still run; their shared memory "
                            "stays", [p.pid for p in self.cores])
@@ -111,8 +114,12 @@ class EngineFiles:
         if left:
             logger.info("GraniKV: killed the workers %s of an engine core that ended",
                         [p.pid for p in left])
-        remove(self.files)
-        if self.record is not None:
+        remove(self.files, bound_here_too=True)
+        left_files = [f for f in self.files if os.path.lexists(f)]
+        if left_files:  # the record stays: the next replica's remove_dead finishes
+            logger.warning("GraniKV: %d of the engine's files are still in use: %s",
+                           len(left_files), left_files)
+        elif self.record is not None:
             with contextlib.suppress(OSError):
                 self.record.unlink()
 
@@ -176,12 +183,16 @@ def write_record(folder: Path, procs: list[psutil.Process], files: set[str]) -> 
         return None
 
 
-def remove(files: set[str], why: str = "left by the engine's processes") -> int:
+def remove(files: set[str], why: str = "left by the engine's processes",
+           bound_here_too: bool = False) -> int:
     """Unlink what ``files`` names that is still there: a segment or semaphore directly
     in /dev/shm, or a socket file directly in the temp folder that no socket is bound
-    to (none where the kernel does not list bound sockets); nothing else, whatever a
-    record says. The number removed."""
+    to (none where the kernel does not list bound sockets; ``bound_here_too``: none
+    but this process's own, whose engine front end is shut down); nothing else,
+    whatever a record says. The number removed."""
     tmp, bound = tempfile.gettempdir(), _bound_unix_paths()
+    if bound is not None and bound_here_too:
+        bound -= _bound_here()
     n = 0
     for path in sorted(files):
         try:
@@ -241,6 +252,14 @@ def _ppid(p: psutil.Process) -> int | None:
         return p.ppid()
     except psutil.Error:
         return None
+
+
+def _bound_here() -> set[str]:
+    """Paths of the Unix sockets this process binds."""
+    with contextlib.suppress(psutil.Error):
+        return {c.laddr for c in psutil.Process().net_connections(kind="unix")
+                if isinstance(c.laddr, str) and c.laddr}
+    return set()
 
 
 def _bound_unix_paths() -> set[str] | None:

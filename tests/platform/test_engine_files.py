@@ -159,3 +159,33 @@ def test_only_the_processes_started_since_before_are_the_engines(
     assert files.record is not None
     owners = [pid for pid, _ in json.loads(files.record.read_text())["owners"]]
     assert owners == [os.getpid(), engine.proc.pid], owners
+
+
+def test_leaving_removes_the_sockets_this_process_still_binds(
+        tmp: Path, holders: list[Holder]) -> None:
+    """A replica that leaves: its engine core ended, and its own front end (shut down)
+    may still bind its IPC socket files; they go with the core's files and the record.
+    A file another live process still binds stays, and so does the record, for the
+    next replica's ``remove_dead``."""
+    import socket
+
+    core, other = Holder(tmp), Holder(tmp)
+    holders += [core, other]
+    front = socket.socket(socket.AF_UNIX)
+    path = str(tmp / uuid.uuid4().hex[:12])
+    front.bind(path)
+    front.listen()
+    try:
+        record = write_record(tmp / "records", [psutil.Process(), core.process],
+                              core.files | {path})
+        core.kill()
+        EngineFiles([core.process], [], core.files | {path}, record).remove_left(1.0)
+        assert not core.left() and not os.path.lexists(path)
+        assert record is not None and not record.exists()
+
+        record = write_record(tmp / "records", [psutil.Process()], other.files)
+        EngineFiles([], [], other.files, record).remove_left(1.0)
+        assert other.left() == {other.socket}  # bound by a live process: kept
+        assert record is not None and record.exists()
+    finally:
+        front.close()
