@@ -138,8 +138,8 @@ def _serve(serve_file: ServeFile, config: Path, team_spec: dict[str, Any],
                        f"metrics {root}/metrics); send 'Authorization: Bearer <key>'; "
                        "Ctrl-C (or SIGTERM) to stop")
             _wait_forever()
-    finally:
-        local.stop()
+    finally:  # a cluster started here: its engines' files go with it
+        local.stop(files_wait_s=0.0 if ENV.ray_address else 20.0)
 
 
 def _wait_forever() -> None:

@@ -124,10 +124,16 @@ class EngineFiles:
                 self.record.unlink()
 
     @staticmethod
-    def remove_dead(records: Path | None = None) -> int:
+    def remove_dead(records: Path | None = None, wait_s: float = 0.0) -> int:
         """Remove the files of every record (in ``records``, default ``records_dir()``)
-        whose processes have all ended, and the record; the number of files removed."""
+        whose processes have all ended, and the record; the number of files removed.
+        ``wait_s``: first wait up to that long for every recorded process to end (a
+        local cluster that stopped: its replicas and engines are ending)."""
         folder = records or records_dir()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(
+                _dead_record_files(p) is None for p in folder.glob("*.json")):
+            time.sleep(0.2)
         removed = 0
         with contextlib.suppress(FileNotFoundError):
             for path in sorted(folder.glob("*.json")):

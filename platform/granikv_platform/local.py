@@ -37,6 +37,7 @@ from ray.serve.schema import ApplicationStatusOverview, ServeDeploySchema
 
 from granikv_platform import loopback
 from granikv_platform.auth import OPERATOR, new_key, write_keys_file
+from granikv_platform.engine_files import EngineFiles
 from granikv_platform.env import PlatformEnv
 from granikv_platform.front import CALLBACK, PROXY_CALLBACK_ENV
 from granikv_platform.loader import ServeFile
@@ -199,14 +200,16 @@ def wait_ready(root: str, name: str, deadline: float, say: Echo) -> None:
         time.sleep(0.5)
 
 
-def stop() -> None:
+def stop(files_wait_s: float = 0.0) -> None:
     """Drain and delete the applications, stop Serve and leave Ray (a cluster this
     process started stops, and its detached registry with it). Deleting an application
     first lets its requests in flight finish (each replica waits up to its
     ``graceful_shutdown_timeout_s``, and the LLM replicas then shut their engines down)
     while Serve's HTTP proxy still relays their answers; ``serve.shutdown`` alone stops
     the proxy with them. SIGINT and SIGTERM are ignored meanwhile: a second signal
-    would leave Ray's processes behind."""
+    would leave Ray's processes behind. ``files_wait_s`` (a cluster this process
+    started): then wait up to that long for its engines' processes to end and remove
+    what files of theirs a replica cut short in its stop left (``EngineFiles``)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         if threading.current_thread() is threading.main_thread():
             signal.signal(sig, signal.SIG_IGN)
@@ -217,6 +220,8 @@ def stop() -> None:
             serve.shutdown()
     finally:
         ray.shutdown()
+        if files_wait_s > 0:
+            EngineFiles.remove_dead(wait_s=files_wait_s)
 
 
 def _applications() -> list[str]:

@@ -189,3 +189,24 @@ def test_leaving_removes_the_sockets_this_process_still_binds(
         assert record is not None and record.exists()
     finally:
         front.close()
+
+
+def test_a_stopping_cluster_waits_for_its_engines_then_removes_their_files(
+        tmp: Path, holders: list[Holder]) -> None:
+    """``granikv run``'s stop: a replica cut short left its record, and its processes
+    end only after Ray stopped. ``remove_dead(wait_s=...)`` waits for them, then removes
+    their files; without the wait the record is still live and nothing goes."""
+    import threading
+
+    records = tmp / "records"
+    ending = Holder(tmp)
+    holders.append(ending)
+    write_record(records, [ending.process], ending.files)
+    assert EngineFiles.remove_dead(records) == 0 and ending.left() == ending.files
+    timer = threading.Timer(0.5, ending.kill)
+    timer.start()
+    try:
+        assert EngineFiles.remove_dead(records, wait_s=10.0) == 2
+    finally:
+        timer.join()
+    assert not ending.left() and not list(records.glob("*.json"))
