@@ -27,7 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from granikv_agents.database import is_postgres
+from granikv_platform.database import is_postgres
 
 
 class FlushedWrites(BaseCheckpointSaver[Any]):

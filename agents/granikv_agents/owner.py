@@ -17,7 +17,7 @@ import os
 import time
 from typing import IO, Any
 
-from granikv_agents.database import is_postgres
+from granikv_platform.database import is_postgres
 
 # the advisory lock's key: one run store per Postgres database
 _PG_LOCK_KEY = 0x6772616E696B76  # "granikv"

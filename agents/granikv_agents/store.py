@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from granikv_agents.database import Database, open_database
+from granikv_platform.database import Database, open_database
 
 Status = Literal["running", "succeeded", "failed", "interrupted"]
 RESUMABLE: frozenset[str] = frozenset({"failed", "interrupted"})

@@ -13,7 +13,7 @@ from typing import Any
 from langgraph.checkpoint.base import empty_checkpoint
 
 from granikv_agents.checkpointers import open_checkpointer
-from granikv_agents.database import open_database
+from granikv_platform.database import open_database
 
 # Enough event-loop turns to cancel the save at each of its awaits (lock, INSERT,
 # COMMIT on SQLite; connection, pipeline on Postgres) and after it.

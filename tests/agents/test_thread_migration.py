@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from granikv_agents.checkpointers import open_checkpointer
-from granikv_agents.database import Database, open_database
+from granikv_platform.database import Database, open_database
 from granikv_agents.graphs import team_graph
 from granikv_agents.threads.checkpoints import config_of
 from granikv_agents.threads.executor import NotFound

@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
 from granikv_agents.checkpointers import copy_checkpoints, open_checkpointer
-from granikv_agents.database import open_database
+from granikv_platform.database import open_database
 from granikv_agents.follow import follow
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import team_graph

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from granikv_agents.checkpointers import copy_checkpoints
-from granikv_agents.database import Database, PostgresDatabase
+from granikv_platform.database import Database, PostgresDatabase
 
 logger = logging.getLogger(__name__)
 
