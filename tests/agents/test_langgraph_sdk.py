@@ -1,6 +1,7 @@
 """The official ``langgraph-sdk`` client drives teams on the platform (the suite's Serve
 app, the tiny model through the run service's Serve handle): assistants, a
-client-chosen thread, a run streamed with ``stream_mode="messages"``, a second run that
+client-chosen thread, a run streamed with ``stream_mode="messages-tuple"`` and one with
+``"messages"`` (LangGraph Server's events for each), a second run that
 continues the thread, cancel, join, ``Last-Event-ID`` resume, a human approval that
 ``interrupt()`` waits for; the rest of the surface (history, state updates, copy,
 metadata, delete, graphs and schemas, the ``events`` and ``debug`` stream modes,
@@ -38,7 +39,7 @@ async def conversation(base_url: str) -> dict[str, Any]:
     tid = f"chat-{uuid.uuid4().hex[:8]}"
     out["thread"] = (await red.threads.create(thread_id=tid))["thread_id"]
     out["parts"] = [p async for p in red.runs.stream(tid, "chat", input=ask("What changed?"),
-                                                     stream_mode="messages")]
+                                                     stream_mode="messages-tuple")]
     out["second"] = await red.runs.wait(tid, "chat", input=ask("Is it tested?"))
     doomed = await red.runs.create(tid, "chat", input=ask("Never mind."))
     await red.runs.cancel(tid, doomed["run_id"], wait=True)
@@ -76,6 +77,41 @@ def test_sdk_streams_continues_cancels_and_joins_a_thread(base_url: str) -> None
     pin = out["second"]["context"]["prefix_id"]
     assert d.get(f"prefix:{pin}", 0) >= 3, d  # each answer hit the team's HOT prefix
     assert "bind_errors" not in d, d
+
+
+async def message_streams(base_url: str) -> dict[str, Any]:
+    red = sdk(base_url, "red")
+    tid = (await red.threads.create())["thread_id"]
+    out: dict[str, Any] = {"thread": tid}
+    for mode in ("messages", "messages-tuple"):
+        out[mode] = [p async for p in red.runs.stream(tid, "chat", input=ask("What changed?"),
+                                                      stream_mode=mode)]
+        out[f"{mode} answer"] = (await red.threads.get_state(tid))["values"]["messages"][-1]
+    return out
+
+
+def test_sdk_streams_messages_as_langgraph_server_does(base_url: str) -> None:
+    out = asyncio.run(message_streams(base_url))
+    parts, answer = out["messages"], out["messages answer"]
+    # "messages": the message's metadata once, then the message so far after each token
+    assert [p.event for p in parts[:2]] == ["metadata", "messages/metadata"]
+    assert {p.event for p in parts[2:-1]} == {"messages/partial"}, [p.event for p in parts]
+    assert parts[-1].event == "end"
+    (mid, body), = parts[1].data.items()
+    assert list(body) == ["metadata"] and body["metadata"]["langgraph_node"] == "answer"
+    assert body["metadata"]["thread_id"] == out["thread"]
+    sofar = [p.data for p in parts if p.event == "messages/partial"]
+    assert all(len(d) == 1 and d[0]["id"] == mid and d[0]["type"] == "ai" for d in sofar)
+    texts = [d[0]["content"] for d in sofar]
+    assert len(texts) > 1 and all(b.startswith(a) for a, b in zip(texts, texts[1:]))
+    assert texts[-1] == answer["content"] and mid == answer["id"]
+    # "messages-tuple": [chunk, metadata] pairs under "messages", as before
+    pairs = out["messages-tuple"]
+    assert {p.event for p in pairs[1:-1]} == {"messages"}, [p.event for p in pairs]
+    chunks = [p.data for p in pairs[1:-1]]
+    assert all(c["type"] == "AIMessageChunk" and m["langgraph_node"] == "answer"
+               and m["thread_id"] == out["thread"] for c, m in chunks)
+    assert "".join(c["content"] for c, _ in chunks) == out["messages-tuple answer"]["content"]
 
 
 async def approval(base_url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -27,7 +27,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
 from granikv_agents.checkpointers import copy_checkpoints, open_checkpointer
-from granikv_platform.database import open_database
 from granikv_agents.follow import follow
 from granikv_agents.graph import RunContext
 from granikv_agents.graphs import team_graph
@@ -47,7 +46,8 @@ from granikv_agents.threads.store import (
 )
 from granikv_agents.threads.streaming import RunStream
 from granikv_agents.threads.views import run_view, thread_view
-from granikv_agents.threads.wire import command, jsonable
+from granikv_agents.threads.wire import command, jsonable, with_thread_id
+from granikv_platform.database import open_database
 
 logger = logging.getLogger(__name__)
 Assistants = Callable[[str], Mapping[str, Team]]  # team -> assistant id -> its Team
@@ -366,8 +366,9 @@ class ThreadExecutor:
             await self._event(run.run_id, "metadata", {"run_id": run.run_id,
                                                        "resumed": resumed and started})
             payload = await self._payload(run, team, graph, config, resumed and started)
-            async for mode, chunk in stream.chunks(graph, payload, config, ctx):
-                await self._event(run.run_id, mode, jsonable(chunk))
+            async for event, data in stream.chunks(graph, payload, config, ctx):
+                await self._event(run.run_id, event,
+                                  with_thread_id(jsonable(data), key, run.thread_id))
             snap = await graph.aget_state(config_of(key))
             await self.store.set_run(run.run_id, "success")
             await self.store.set_thread(run.team, run.thread_id,

@@ -1,8 +1,8 @@
 """JSON of what a thread shows and a run streams, in LangGraph Server's shapes (pure).
 
 Messages are their pydantic dumps (``type``, ``content``, ``id``, ``tool_calls``...), as
-LangGraph Server sends them; an ``Interrupt`` is ``{"value", "id"}``; the ``messages``
-stream mode sends ``[message chunk, metadata]`` pairs.
+LangGraph Server sends them; an ``Interrupt`` is ``{"value", "id"}``. Thread ids are the
+client's: the checkpoint thread id (``<team>/<id>``) is never shown.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt, StateSnapshot
 from pydantic import BaseModel
 
-# client stream_mode -> LangGraph's; "messages-tuple" is the SDK's name of the pairs;
+# client stream_mode -> LangGraph's: "messages" and "messages-tuple" (the SDK's name of
+# the pairs) both stream LangGraph's "messages" and differ in their events (messages.py);
 # "events" is LangGraph Server's (``astream_events``, see streaming.py)
 STREAM_MODES = {"values": "values", "updates": "updates", "messages": "messages",
                 "messages-tuple": "messages", "custom": "custom", "debug": "debug",
@@ -42,12 +43,24 @@ def jsonable(obj: Any) -> Any:
 
 
 def stream_modes(requested: str | list[str] | None) -> list[str]:
-    """LangGraph stream modes of a request (default ``values``); unknown ones: ValueError."""
+    """A request's stream modes as the client named them (default ``values``), sorted;
+    unknown ones: ValueError."""
     asked = [requested] if isinstance(requested, str) else list(requested or ["values"])
     bad = [m for m in asked if m not in STREAM_MODES]
     if bad:
         raise ValueError(f"stream_mode {bad} not supported; use {sorted(STREAM_MODES)}")
-    return sorted({STREAM_MODES[m] for m in asked})
+    return sorted(set(asked))
+
+
+def with_thread_id(data: Any, checkpoint_thread: str, thread_id: str) -> Any:
+    """JSON ``data`` with every value that is the checkpoint thread id (``<team>/<id>``:
+    LangGraph puts it in configs, checkpoint configs and run metadata) replaced by the
+    client's ``thread_id``, the only thread id the API shows."""
+    if isinstance(data, dict):
+        return {k: with_thread_id(v, checkpoint_thread, thread_id) for k, v in data.items()}
+    if isinstance(data, list):
+        return [with_thread_id(v, checkpoint_thread, thread_id) for v in data]
+    return thread_id if data == checkpoint_thread else data
 
 
 def command(body: Mapping[str, Any] | None) -> Command[Any] | None:
