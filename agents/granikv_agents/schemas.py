@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from granikv_platform.database import is_postgres
 from granikv_agents.graph import RetryConfig
 from granikv_agents.graphs import DEFAULT_GRAPH_MODULES
 from granikv_agents.spec import TeamSpec
+from granikv_platform.database import is_postgres
 from granikv_platform.env import data_path
 from granikv_platform.names import TEAM_RE
 

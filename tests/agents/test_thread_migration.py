@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from granikv_agents.checkpointers import open_checkpointer
-from granikv_platform.database import Database, open_database
 from granikv_agents.graphs import team_graph
 from granikv_agents.threads.checkpoints import config_of
 from granikv_agents.threads.executor import NotFound
+from granikv_platform.database import Database, open_database
 from tests.agents.test_thread_surface import CHAT, ask, opened, run_to_end, texts
 from tests.agents.threads_kit import context_with, script
 

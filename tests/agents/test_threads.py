@@ -152,8 +152,8 @@ async def _resumes_after_the_executor_was_killed(url: str) -> None:
 
 async def opened_watch(url: str) -> AsyncIterator[Any]:
     """The store alone (no executor: the killed process owns the runs)."""
-    from granikv_platform.database import open_database
     from granikv_agents.threads.store import ThreadStore
+    from granikv_platform.database import open_database
 
     db = await open_database(url)
     try:
