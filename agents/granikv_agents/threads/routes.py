@@ -12,6 +12,7 @@
     GET  /threads/{id}/runs?limit=&offset=, GET /threads/{id}/runs/{run}
     GET  /threads/{id}/runs/{run}/join | /stream        wait | stream (Last-Event-ID)
     POST /threads/{id}/runs/{run}/cancel
+    POST /runs/wait | /runs/stream                      stateless runs: refused (422)
 
 They forward to the run service (``ThreadApi`` in ``service.RunService``) through its
 Serve handle, as ``rest.py``'s routes do.
@@ -36,7 +37,13 @@ from granikv_agents.threads.schemas import (
 )
 from granikv_platform.answers import answer, stream_answer
 from granikv_platform.deps import CurrentIngress
-from granikv_platform.protocol import ErrorItem, Item, JsonItem
+from granikv_platform.protocol import ErrorItem, Item, JsonItem, error_item
+
+# The SDK's runs.wait / runs.stream with no thread (its stateless runs): every run here
+# belongs to a thread, whose checkpoints hold its state.
+STATELESS = ("stateless runs (no thread) are not supported: create a thread first "
+             "(POST /threads) and run on it (POST /threads/{thread_id}/runs/wait or "
+             "/runs/stream)")
 
 
 def threads_router(team: str) -> APIRouter:
@@ -177,6 +184,11 @@ def threads_router(team: str) -> APIRouter:
         item: Item = await service(ing).threads.remote(
             team, "cancel", {"thread_id": thread_id, "run_id": run_id, "wait": bool(wait)})
         return answer(item) if isinstance(item, ErrorItem) else Response(status_code=204)
+
+    @r.post("/runs/wait")
+    @r.post("/runs/stream")
+    async def stateless_run() -> Response:  # else 405: GET /runs/{run_id} (rest.py)
+        return answer(error_item(422, STATELESS))
 
     return r
 
