@@ -10,6 +10,9 @@ is read once, before any route or dependency sees it, and refused when it is:
   that does not fit in 64 bits, or a string with a lone UTF-16 surrogate (``"\\ud800"``:
   no tokenizer can encode it): 400.
 
+These are checks of a route's body: a request that no route takes (its path, or its
+method) goes on to the router, which answers 404 (or 405), whatever its body.
+
 The parsed object is kept on the request (``parsed_body``, read by ``deps.RawBody``) and
 the bytes are handed on unchanged, so FastAPI's and vLLM's request models validate the
 same body (422, one line per field). An empty body goes on as it is: a route that needs
@@ -25,6 +28,7 @@ from email.message import Message as MimeHeader
 from typing import Any
 
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from granikv_platform.errors import error_response
@@ -70,9 +74,22 @@ class JsonBody:
             await error_response(error_item(413, str(e.detail)))(scope, receive, send)
             return
         except BadBody as e:
-            await error_response(error_item(e.status, e.message))(scope, receive, send)
-            return
+            if _routed(scope):
+                await error_response(error_item(e.status, e.message))(scope, receive, send)
+                return
+            raw = b""  # no route takes it: the app answers 404 (or 405), not the body's 4xx
         await self.app(scope, _replay(raw, receive), send)
+
+
+def _routed(scope: Scope) -> bool:
+    """Whether a route of the app takes this method and path (as its router would
+    choose one). Asked only of a refused body: the checks are those of a route's body,
+    and a request that no route takes is the router's to answer."""
+    router = getattr(scope.get("app"), "router", None)
+    routes = getattr(router, "routes", None)
+    if routes is None:  # not under a Starlette app: every path counts as routed
+        return True
+    return any(route.matches(scope)[0] == Match.FULL for route in routes)
 
 
 def parse(raw: bytes, content_type: str | None) -> dict[str, Any]:

@@ -19,13 +19,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeGuard
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from granikv_platform.config import LimitsConfig
+from granikv_platform.errors import error_response
+from granikv_platform.protocol import error_item
 
 
 class BodyTooLarge(HTTPException):
@@ -49,7 +50,7 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _send_413(send, self.max_bytes)
+            await _send_413(scope, receive, send, self.max_bytes)
             return
         seen = 0
 
@@ -65,14 +66,13 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps({"error": {"message": BodyTooLarge(limit).detail,
-                                 "type": "RequestEntityTooLargeError", "code": 413}}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+async def _send_413(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    """The app's own error answer (``errors.error_response``: its body names the
+    request's id, as every error body does); the connection is closed after it, the
+    unread body not drained."""
+    response = error_response(error_item(413, str(BodyTooLarge(limit).detail)))
+    response.headers["connection"] = "close"
+    await response(scope, receive, send)
 
 
 class LimitExceeded(ValueError):

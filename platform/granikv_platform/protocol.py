@@ -55,8 +55,8 @@ Item = JsonItem | SseItem | ErrorItem
 
 _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
           404: "NotFoundError", 405: "MethodNotAllowedError", 409: "ConflictError",
-          413: "RequestEntityTooLargeError", 422: "UnprocessableEntityError",
-          429: "RateLimitError",
+          413: "RequestEntityTooLargeError", 415: "UnsupportedMediaTypeError",
+          422: "UnprocessableEntityError", 429: "RateLimitError",
           500: "InternalServerError", 503: "ServiceUnavailableError",
           504: "GatewayTimeoutError"}
 
