@@ -60,6 +60,7 @@ from granikv_platform.team_splice import (
     splice_context,
 )
 from granikv_platform.token_ids import detokenize_problem
+from granikv_platform.tool_finish import keep_length
 
 logger = logging.getLogger("ray.serve")
 
@@ -109,6 +110,7 @@ class EngineHost:
         await init_app_state(llm, state, args,
                              supported_tasks=await llm.get_supported_tasks())
         splice_context(state.openai_serving_chat)
+        keep_length(state.openai_serving_chat)  # a cut tool call says "length"
         max_len = llm.model_config.max_model_len
         cap = max_prompt_tokens if max_prompt_tokens and max_prompt_tokens < max_len else None
         checks = InputChecks(llm.model_config.get_vocab_size(), max_len,
