@@ -26,6 +26,7 @@ from granikv_agents.service_handle import service as _service
 from granikv_agents.threads.routes import threads_router
 from granikv_platform.answers import answer, stream_answer
 from granikv_platform.config import TeamConfig
+from granikv_platform.database import MAX_ROWS
 from granikv_platform.deps import CurrentIngress
 from granikv_platform.errors import ApiError
 
@@ -44,7 +45,7 @@ def runs_router(team: TeamConfig) -> APIRouter:
 
     @r.get("/runs")
     async def list_runs(ing: CurrentIngress, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                        offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+                        offset: Annotated[int, Query(ge=0, le=MAX_ROWS)] = 0) -> Response:
         return answer(await _service(ing).list_runs.remote(team.name, limit, offset))
 
     @r.get("/runs/{run_id}")

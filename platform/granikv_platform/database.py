@@ -16,6 +16,10 @@ from typing import Any, Protocol
 
 import aiosqlite
 
+# The largest LIMIT / OFFSET both databases take (a signed 64-bit integer): a larger one
+# is refused by the route (422), not by the driver (an OverflowError: a 500).
+MAX_ROWS = 2**63 - 1
+
 
 def is_postgres(url: str) -> bool:
     return url.startswith(("postgres://", "postgresql://"))

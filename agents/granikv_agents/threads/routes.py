@@ -36,6 +36,7 @@ from granikv_agents.threads.schemas import (
     ThreadPatch,
 )
 from granikv_platform.answers import answer, stream_answer
+from granikv_platform.database import MAX_ROWS
 from granikv_platform.deps import CurrentIngress
 from granikv_platform.protocol import ErrorItem, Item, JsonItem, error_item
 
@@ -158,7 +159,7 @@ def threads_router(team: str) -> APIRouter:
     @r.get("/threads/{thread_id}/runs")
     async def list_runs(thread_id: str, ing: CurrentIngress,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-                        offset: Annotated[int, Query(ge=0)] = 0,
+                        offset: Annotated[int, Query(ge=0, le=MAX_ROWS)] = 0,
                         status: Literal["pending", "running", "success", "error",
                                         "timeout", "interrupted"] | None = None) -> Response:
         return await call(ing, "list_runs", thread_id=thread_id, limit=limit, offset=offset,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from granikv_agents.threads.options import multitask
+from granikv_platform.database import MAX_ROWS
 
 StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom", "debug",
                      "tasks", "checkpoints", "events"]
@@ -33,7 +34,7 @@ class Page(_Lenient):
     """POST /assistants/search, /threads/search."""
 
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_ROWS)
 
 
 class ThreadCreate(_Lenient):
