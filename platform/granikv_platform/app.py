@@ -4,11 +4,14 @@
 Routes:
 - OpenAI: GET /v1/models, GET /v1/models/{id}, POST /v1/completions,
   POST /v1/chat/completions (SSE with ``stream: true``); a request binds to a prefix
-  with ``vllm_xargs``. vLLM's POST /tokenize and POST /detokenize.
+  with ``vllm_xargs``. The Responses API: POST /v1/responses, GET/DELETE
+  /v1/responses/{id} (stored in the platform's database, routes/responses.py);
+  /v1/embeddings is a 404 that says why. vLLM's POST /tokenize and POST /detokenize.
 - Prefixes of the calling team: POST/GET /v1/prefixes, GET/DELETE /v1/prefixes/{id}.
 - Per configured team, under /teams/{team}: PUT/GET /context, GET /v1/models(/{id}),
-  POST /v1/chat/completions (the team context first, bound to its HOT prefix),
-  POST /v1/completions (scoped to the team), and the routers of ``config.team_routers``.
+  POST /v1/chat/completions and POST /v1/responses (the team context first, bound to
+  its HOT prefix), GET/DELETE /v1/responses/{id}, POST /v1/completions (scoped to the
+  team), and the routers of ``config.team_routers``.
 - Operations: GET /metrics (Prometheus), GET /v1/granikv/stats, GET /teams, GET /healthz
   (liveness), GET /readyz (503 until an LLM replica has reported).
 
@@ -19,7 +22,8 @@ document (/openapi.json, /docs: it lists every team's routes) need the operator 
 Every answer carries the request's id (``x-request-id``, errors.py) and, served by a
 replica, that replica's id (``x-granikv-replica``). Bodies over
 ``limits.max_body_bytes`` are 413; a body that is not one JSON object sent as
-``application/json`` is 400 or 415 (body.py).
+``application/json`` is 400 or 415 (body.py), on a route that takes the request; one
+that no route takes is 404 (405: another method), whatever its body.
 """
 
 from __future__ import annotations

@@ -266,6 +266,17 @@ class RegistryConfig(_Strict):
                                    "so that it also survives its own restart.")
 
 
+class ResponsesConfig(_Strict):
+    """The Responses API (``POST /v1/responses``): where stored responses live."""
+
+    store_url: str | None = Field(None, description="The database of stored responses "
+                                  "(``store``, ``previous_response_id``): a SQLite file on "
+                                  "each replica's node (a follow-up then continues only on "
+                                  "replicas of that node), or a postgresql:// URL the "
+                                  "replicas share, e.g. the same database as the agents' "
+                                  "threads. Default: <tmp>/granikv-<app>-responses.sqlite.")
+
+
 class ServiceConfig(_Strict):
     """A small deployment next to the LLM replicas (e.g. the agents' run executor)."""
 
@@ -305,6 +316,8 @@ class PlatformConfig(_Strict):
     registry: RegistryConfig = Field(default_factory=lambda: RegistryConfig.model_validate({}))
     auth: AuthConfig = Field(default_factory=lambda: AuthConfig.model_validate({}))
     limits: LimitsConfig = Field(default_factory=lambda: LimitsConfig.model_validate({}))
+    responses: ResponsesConfig = Field(
+        default_factory=lambda: ResponsesConfig.model_validate({}))
     frontend: dict[str, Any] = Field(
         default_factory=dict, description="vLLM's front-end options, as `vllm serve` "
         "takes them (enable_auto_tool_choice, tool_call_parser, chat_template, "
@@ -366,6 +379,13 @@ class PlatformConfig(_Strict):
     @property
     def registry_name(self) -> str:
         return self.registry.name or f"{self.name}-registry"
+
+    @property
+    def responses_store(self) -> str:
+        """The stored responses' database URL, as the replica's node resolves it."""
+        from granikv_platform.response_store import default_store_url  # aiosqlite's import
+
+        return self.responses.store_url or default_store_url(self.name)
 
     def team(self, name: str) -> TeamConfig | None:
         return next((t for t in self.teams if t.name == name), None)

@@ -34,6 +34,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 
 from granikv_engine.vllm_plugin import installed
 from granikv_engine.vllm_plugin.client import acontrol, aregister
+from granikv_platform import engine_responses
 from granikv_platform.context_frame import Frame, frame_of
 from granikv_platform.engine_stats import ThroughputLogger, stat_loggers
 from granikv_platform.frontend import frontend_namespace
@@ -117,6 +118,8 @@ class EngineHost:
                              str(vllm_config.structured_outputs_config.backend), cap)
         checks.install(state.openai_serving_chat, "render_chat_request")
         checks.install(state.openai_serving_completion, "render_completion_request")
+        if state.openai_serving_responses is not None:
+            engine_responses.install(state.openai_serving_responses, checks)
         return cls(llm, state, throughput)
 
     def shutdown(self) -> None:
@@ -171,21 +174,47 @@ class EngineHost:
         else around the context (tools), to the prefix ``variant`` gives for what
         precedes the context plus the context. A template that frames the context
         differently from the placeholder is rendered in full."""
+        splice_ = await self._splice(context, variant)
+        messages = [{"role": "system", "content": CONTEXT_PLACEHOLDER}, *body["messages"]]
+        async for item in with_outcome(self.chat({**body, "messages": messages}, splice_),
+                                       splice_):
+            yield item
+
+    async def responses(self, body: dict[str, Any],
+                        splice: ContextSplice | None = None) -> AsyncIterator[Item]:
+        """``POST /v1/responses`` through vLLM's serving object (engine_responses.py)."""
+        async for item in engine_responses.responses(self.state.openai_serving_responses,
+                                                     body, splice):
+            yield item
+
+    async def team_responses(self, body: dict[str, Any], context: PrefixSpec,
+                             variant: VariantBinder | None = None) -> AsyncIterator[Item]:
+        """A response whose conversation starts with ``context`` as its system message,
+        spliced and bound as a team chat's (``team_chat``). The caller's own
+        ``instructions`` follow it, as a second system message: vLLM would put them
+        first."""
+        splice_ = await self._splice(context, variant)
+        head = [{"role": "system", "content": CONTEXT_PLACEHOLDER}]
+        if body.get("instructions"):
+            head.append({"role": "system", "content": body["instructions"]})
+        given = body.get("input")
+        items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        request = {**body, "instructions": None,
+                   "input": [*head, *items] if isinstance(items, list) else items}
+        async for item in with_outcome(self.responses(request, splice_), splice_):
+            yield item
+
+    async def _splice(self, context: PrefixSpec,
+                      variant: VariantBinder | None) -> ContextSplice:
+        """A team request's splice of ``context`` (its content tokens cut once)."""
         frame, placeholder = await self._context_frame()
         if context.prefix_id not in self._contents:
             if len(self._contents) >= 256:  # contexts replaced meanwhile: start over
                 self._contents.clear()
             self._contents[context.prefix_id] = frame.content(context.token_ids)
         content = self._contents[context.prefix_id]
-        messages = [{"role": "system", "content": CONTEXT_PLACEHOLDER}, *body["messages"]]
-        splice_ = ContextSplice(placeholder, content, context.token_ids, context.text or "",
-                                self.splices, variant, frame=frame)
-        first = True
-        async for item in self.chat({**body, "messages": messages}, splice_):
-            if first:  # the outcome is known once the request was rendered and bound
-                item = headed(item, {PREFIX_HEADER: splice_.outcome})
-            first = False
-            yield item
+        return ContextSplice(placeholder, content, context.token_ids, context.text or "",
+                             self.splices, variant, frame=frame)
 
     async def _context_frame(self) -> tuple[Frame, tuple[int, ...]]:
         """The template's frame of a lone system message, and the placeholder's content
@@ -285,6 +314,18 @@ def _failed(kind: str, e: Exception) -> ErrorResponse:
     logger.warning("%s request failed (%d): %r", kind, out.error.code, e,
                    exc_info=e if out.error.code >= 500 else None)
     return out
+
+
+async def with_outcome(items: AsyncIterator[Item],
+                       splice: ContextSplice) -> AsyncIterator[Item]:
+    """``items`` with the splice's outcome (``x-granikv-prefix``) on the first: it is
+    known once the request was rendered and bound."""
+    first = True
+    async for item in items:
+        if first:
+            item = headed(item, {PREFIX_HEADER: splice.outcome})
+        first = False
+        yield item
 
 
 def make_vllm_config(engine_args: dict[str, Any]) -> Any:

@@ -11,7 +11,8 @@ loggers in the front-end process (``stat_loggers``):
   report (/v1/granikv/stats, and the app's /metrics, where they are also rendered under
   vLLM's own names). GraniKV's own counters come from the engine core's ``stats``.
 
-``TeamUsage`` counts a replica's requests and tokens per team, from the answers.
+``TeamUsage`` counts a replica's requests and tokens per team, from the answers (a
+chat's or completion's ``usage``, a response's, streamed in ``response.completed``).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ class ThroughputLogger(StatLoggerBase):
 
 class TeamUsage:
     """Requests and tokens per team on one replica. Tokens come from the answers' own
-    ``usage``: every non-streamed answer has it, a stream only when the client asked
-    for it (``stream_options.include_usage``)."""
+    ``usage``: every non-streamed answer has it, a chat's stream only when the client
+    asked for it (``stream_options.include_usage``), a response's stream always."""
 
     def __init__(self) -> None:
         self.teams: dict[str, dict[str, int]] = {}
@@ -101,7 +102,7 @@ class TeamUsage:
         self._of(team)["requests"] += 1
 
     def answer(self, team: str, body: Any) -> None:
-        """A whole JSON answer (a chat or completion)."""
+        """A whole JSON answer (a chat, completion or response)."""
         if isinstance(body, Mapping):
             self._usage(team, body.get("usage"))
 
@@ -112,9 +113,14 @@ class TeamUsage:
         for line in text.split("\n"):
             if line.startswith("data: {") and '"usage"' in line:
                 try:
-                    self._usage(team, json.loads(line[6:]).get("usage"))
+                    event = json.loads(line[6:])
                 except ValueError:
                     continue
+                if not isinstance(event, dict):
+                    continue
+                inner = event.get("response")  # a response's events: {"response": {...}}
+                self._usage(team, inner.get("usage") if isinstance(inner, dict)
+                            else event.get("usage"))
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {team: dict(c) for team, c in self.teams.items()}
@@ -122,9 +128,10 @@ class TeamUsage:
     def _usage(self, team: str, usage: Any) -> None:
         if not isinstance(usage, Mapping):
             return
-        c = self._of(team)
-        c["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
-        c["generation_tokens"] += int(usage.get("completion_tokens") or 0)
+        c = self._of(team)  # chat's names, or the Responses API's
+        c["prompt_tokens"] += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        c["generation_tokens"] += int(usage.get("completion_tokens")
+                                      or usage.get("output_tokens") or 0)
 
     def _of(self, team: str) -> dict[str, int]:
         return self.teams.setdefault(team, dict.fromkeys(TEAM_COUNTERS, 0))

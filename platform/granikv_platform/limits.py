@@ -3,10 +3,11 @@
 - Body size: ``BodyLimit``, an ASGI middleware of the app. 413 from the
   Content-Length header before anything is read, or as soon as a streamed body passes
   the limit.
-- max_tokens and n: ``generation_body``, applied by the LLM replica to every chat and
-  completion (HTTP routes and the agents' Serve-handle calls alike). The limit caps what
-  a request asks for; a request that asks for nothing gets vLLM's default (what fits in
-  max_model_len after its prompt), as from ``vllm serve``.
+- max_tokens (a response's ``max_output_tokens``) and n: ``generation_body``, applied
+  by the LLM replica to every chat, completion and response (HTTP routes and the
+  agents' Serve-handle calls alike). The limit caps what a request asks for; a request
+  that asks for nothing gets vLLM's default (what fits in max_model_len after its
+  prompt), as from ``vllm serve``.
 - Per-token work: ``per_token_work`` (from ``generation_body``). Some fields cost work
   for every token generated, in the output path or the engine core that every team's
   requests share: a request with 100,000 ``stop`` strings slows every other team's
@@ -83,6 +84,7 @@ def generation_body(body: dict[str, Any], limits: LimitsConfig) -> dict[str, Any
     """``body`` unchanged; LimitExceeded when it asks for more than a limit."""
     caps = {"max_tokens": ("max_tokens", limits.max_tokens),
             "max_completion_tokens": ("max_tokens", limits.max_tokens),
+            "max_output_tokens": ("max_tokens", limits.max_tokens),  # the Responses API's
             "n": ("max_choices", limits.max_choices),
             "best_of": ("max_choices", limits.max_choices)}
     for key, (name, limit) in caps.items():

@@ -65,6 +65,8 @@ from granikv_platform.registry import (
 )
 from granikv_platform.replica_http import ReplicaHttp
 from granikv_platform.request_path import ControlPlaneCalls, on_request_path
+from granikv_platform.response_store import ResponseStore
+from granikv_platform.responses import StoredResponses, team_of
 from granikv_platform.schemas import PrefixCreate, record_view
 from granikv_platform.stream_batch import batch_sse
 from granikv_platform.sync import PrefixSync
@@ -107,6 +109,7 @@ class LLMReplica(ReplicaHttp):
             self.usage = TeamUsage()
             self.share = TeamShare(*share_limits(
                 self.cfg, self.engine.llm.vllm_config.scheduler_config.max_num_seqs))
+            self.stored = StoredResponses(await ResponseStore.open(self.cfg.responses_store))
             await self._seed_team_contexts()
             await self.sync.reconcile(force=True)
             self.warmup = await warm_up(self.engine, self.cfg.model.model_id, self.replica_id)
@@ -135,6 +138,18 @@ class LLMReplica(ReplicaHttp):
         async for item in self._batched(self._items("team_chat", team, body, context_id)):
             yield item
 
+    async def responses(self, body: dict[str, Any]) -> AsyncIterator[Item]:
+        async for item in self._batched(self._items("responses", body)):
+            yield item
+
+    async def team_responses(self, team: str, body: dict[str, Any],
+                             context_id: str | None = None) -> AsyncIterator[Item]:
+        async for item in self._batched(self._items("team_responses", team, body, context_id)):
+            yield item
+
+    async def stored_response(self, op: str, team: str, response_id: str) -> Item:
+        return await self.stored.answer(op, team, response_id)  # responses.py
+
     def _batched(self, items: AsyncIterator[Item]) -> AsyncIterator[Item]:
         return batch_sse(items, self.cfg.replicas.stream_batch_ms / 1e3)
 
@@ -145,16 +160,23 @@ class LLMReplica(ReplicaHttp):
             return self._serve(args[0], self.engine.completions)
         if method == "team_chat":
             return self._team_chat(*args)
+        if method == "responses":
+            return self.stored.create(team_of(args[0]), args[0],
+                                      lambda b: self._serve(b, self.engine.responses))
+        if method == "team_responses":
+            return self.stored.create(args[0], args[1], lambda b: self._team_chat(
+                args[0], b, args[2], responses=True))
         raise ValueError(f"not a chat or completion method: {method!r}")
 
-    async def _team_chat(self, team: str, body: dict[str, Any],
-                         context_id: str | None = None) -> AsyncIterator[Item]:
+    async def _team_chat(self, team: str, body: dict[str, Any], context_id: str | None = None,
+                         responses: bool = False) -> AsyncIterator[Item]:
         """A chat of ``team``'s agents: the team's context first, as its system message,
         and the request bound to the context's HOT prefix. The context comes from the
         local view and its tokens from its spec (rendered once, when it was set), so a
         team chat costs no registry call and no tokenization of the context. Without a
         context it is an ordinary chat scoped to the team. ``context_id``: the context
-        the caller expects (an agent run pinned it); another one is a 409."""
+        the caller expects (an agent run pinned it); another one is a 409. ``responses``:
+        a Responses API request (``POST /v1/responses``), not a chat."""
         context = await on_request_path(self.sync.fetch_context(team, context_id))
         if context_id is not None and (context is None or context.prefix_id
                                        != scoped_id(team, context_id)):
@@ -168,7 +190,8 @@ class LLMReplica(ReplicaHttp):
             yield error_item(e.status, e.message)
             return
         if context is None:
-            async for item in with_headers(self._serve(bound, self.engine.chat),
+            plain = self.engine.responses if responses else self.engine.chat
+            async for item in with_headers(self._serve(bound, plain),
                                            {PREFIX_HEADER: "miss; reason=no-context"}):
                 yield item
             return
@@ -183,7 +206,8 @@ class LLMReplica(ReplicaHttp):
                 kind="variant"))
 
         def run(request: dict[str, Any]) -> AsyncIterator[Item]:
-            return self.engine.team_chat(request, context, variant)
+            spliced = self.engine.team_responses if responses else self.engine.team_chat
+            return spliced(request, context, variant)
 
         first = True
         async for item in self._serve(bound, run, admit):
@@ -370,6 +394,8 @@ class LLMReplica(ReplicaHttp):
             if task is not None:
                 task.cancel()
         try:
+            if hasattr(self, "stored"):
+                await self.stored.close()
             if hasattr(self, "hub"):
                 await self.hub.forget(self.replica_id)
         finally:

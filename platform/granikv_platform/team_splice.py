@@ -80,6 +80,33 @@ class ContextSplice:
         # registered just now, the variant may still be filling: not read from HOT yet
         self.outcome = "hit" if state == "ready" else f"miss; reason=not-in-hot (state {state})"
 
+    async def into(self, request: Any, inputs: list[Any]) -> bool:
+        """Put the context's tokens in place of the placeholder's in each rendered
+        input (``prompt_token_ids``) and bind ``request``; False, with nothing changed,
+        when the placeholder is not in one of them (a template that rewrites the system
+        message, or another frame): the request is then rendered again with the
+        context's text, and ``judge`` tells the outcome."""
+        content = self.content
+        done = [None if content is None else
+                splice(inp.get("prompt_token_ids", ()), self.placeholder, content)
+                for inp in inputs]
+        spliced = [d for d in done if d is not None]
+        if len(spliced) != len(done):
+            self.counters.rendered += 1
+            return False
+        for inp, d in zip(inputs, spliced):
+            inp["prompt_token_ids"] = d.prompt
+        self.counters.spliced += 1
+        await self.bind(request, spliced)
+        return True
+
+    def judge(self, inputs: list[Any]) -> None:
+        """The outcome of a request rendered with the context's text."""
+        head = tuple(self.tokens)
+        self.outcome = "hit" if all(
+            tuple(inp.get("prompt_token_ids", ())[:len(head)]) == head for inp in inputs
+        ) else "miss; reason=prompt-mismatch"
+
 
 
 def splice_context(serving: Any) -> None:
@@ -94,28 +121,13 @@ def splice_context(serving: Any) -> None:
     async def render(request: Any) -> Any:
         found: ContextSplice | None = getattr(request, "_granikv_splice", None)
         out = await inner(request)
-        if found is None or isinstance(out, ErrorResponse):
+        if found is None or isinstance(out, ErrorResponse) or await found.into(request,
+                                                                               out[1]):
             return out
-        content = found.content
-        done = [None if content is None else
-                splice(inp.get("prompt_token_ids", ()), found.placeholder, content)
-                for inp in out[1]]
-        if all(d is not None for d in done):
-            spliced = [d for d in done if d is not None]
-            for inp, d in zip(out[1], spliced):
-                inp["prompt_token_ids"] = d.prompt
-            found.counters.spliced += 1
-            await found.bind(request, spliced)
-            return out
-        found.counters.rendered += 1
         request.messages[0] = {"role": "system", "content": found.text}
         out = await inner(request)
         if not isinstance(out, ErrorResponse):
-            n = len(found.tokens)
-            head = tuple(found.tokens)
-            found.outcome = "hit" if all(
-                tuple(inp.get("prompt_token_ids", ())[:n]) == head for inp in out[1]
-            ) else "miss; reason=prompt-mismatch"
+            found.judge(out[1])
         return out
 
     serving.render_chat_request = render

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.platform.conftest import APP, auth, counters, fresh_stats, stats, wait_until
+from tests.platform.test_responses_api import continued_on, stored_before_restart
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 Client = Callable[[str | None], httpx.Client]
@@ -63,6 +64,7 @@ def test_restarted_replica_repins_the_team_prefixes(client: Client, base_url: st
     teams = [t["team"] for t in client("red").get("/teams").json()["data"]]
     pinned = len([p for team in teams
                   for p in client(team).get("/v1/prefixes").json()["data"] if p["pinned"]])
+    kept = stored_before_restart(base_url)  # a stored response (the Responses API)
     old = set(stats(base_url)["replicas"])
     victim = sorted(old)[0]
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
@@ -87,6 +89,7 @@ def test_restarted_replica_repins_the_team_prefixes(client: Client, base_url: st
         if hits:
             break
     assert hits > 0  # the new replica serves the team from its re-pinned HOT prefix
+    continued_on(base_url, new, kept)  # and continues a response stored before it started
 
 
 def test_registry_outlives_its_actor(client: Client, app_config: dict[str, Any]) -> None:

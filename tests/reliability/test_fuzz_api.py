@@ -9,8 +9,9 @@ Other teams' routes are fuzzed briefly (they must all be 403 for this key).
 
 Two bounds keep the run short, both written here: runs the fuzzer starts (POST
 /teams/fuzz/runs) are cut to at most 3 agents, 2 rounds and 4 tokens a turn, and a chat
-or completion that names no ``max_tokens`` is given the app's limit (conftest.LIMITS: 64
-tokens; a request may not ask for more), since without one vLLM generates up to
+or completion that names no ``max_tokens`` (a response no ``max_output_tokens``) is
+given the app's limit (conftest.LIMITS: 64 tokens; a request may not ask for more),
+since without one vLLM generates up to
 ``max_model_len`` (as ``vllm serve`` does: tests/platform/test_openai_surface.py).
 What the fuzzer made (runs, prefixes, the fuzz team's context) is waited for and removed
 at the end, so the next tests find the pools as before. Cases are derandomized (the same
@@ -47,6 +48,12 @@ RUN_BOUNDS = {"agents": 3, "rounds": 2, "max_tokens": 4}
 MAX_STREAM_EVENTS = 4 * (LIMITS["max_choices"] * (LIMITS["max_tokens"] + 2) + 2)
 
 
+# How a finished event stream ends: a chat's or completion's, a run's, a response's
+# (its last event, or its error event).
+STREAM_ENDS = ("data: [DONE]", "event: end", "event: response.completed",
+               "event: response.incomplete", "event: response.failed", "event: error")
+
+
 def bound_run_spec(body: Any) -> None:
     """POST /teams/fuzz/runs: keep a fuzzed spec small enough to finish in seconds."""
     spec = body.get("spec") if isinstance(body, dict) else None
@@ -67,10 +74,12 @@ def bound_run_spec(body: Any) -> None:
         limits["max_tokens"] = RUN_BOUNDS["max_tokens"]
 
 
-def bound_generation(body: Any) -> None:
-    """A chat or completion body without ``max_tokens``: the app's limit (64 tokens)."""
-    if isinstance(body, dict) and not {"max_tokens", "max_completion_tokens"} & set(body):
-        body["max_tokens"] = LIMITS["max_tokens"]
+def bound_generation(body: Any, field: str = "max_tokens") -> None:
+    """A chat or completion body without ``max_tokens`` (a response's without
+    ``max_output_tokens``, its ``field``): the app's limit (64 tokens)."""
+    named = {"max_tokens", "max_completion_tokens", "max_output_tokens"}
+    if isinstance(body, dict) and not named & set(body):
+        body[field] = LIMITS["max_tokens"]
 
 
 def header(response: Any, name: str) -> str:
@@ -100,7 +109,7 @@ def well_formed(response: Any) -> str | None:
         if response.stream_cut_short:
             return (f"an event stream still going after {MAX_STREAM_EVENTS} events or the "
                     f"client's timeout: {text[-200:]!r}")
-        if "data: [DONE]" not in text and "event: end" not in text:
+        if not any(end in text for end in STREAM_ENDS):
             return f"an event stream that did not finish: {text[-200:]!r}"
         if '"error"' in text and '"code": 5' in text:
             return f"an event stream that ended in a server error: {text[-300:]!r}"
@@ -126,6 +135,8 @@ def fuzz_case(op: Any, mode: Any, examples: int, label: str, team: str | None,
             bound_run_spec(case.body)
         if case.path.endswith("completions") and case.method.upper() == "POST":
             bound_generation(case.body)
+        if case.path.endswith("/v1/responses") and case.method.upper() == "POST":
+            bound_generation(case.body, "max_output_tokens")
         response = case.call(base_url=base_url, headers=headers, timeout=120)
         statuses[str(response.status_code)] += 1
         why = well_formed(response)

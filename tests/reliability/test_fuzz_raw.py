@@ -35,9 +35,11 @@ MODEL = "tiny-llama"
 JSON = "application/json"
 CHAT = {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {"model": MODEL, "max_tokens": 1, "prompt": "hi"}
+RESPONSE = {"model": MODEL, "max_output_tokens": 1, "input": "hi", "store": False}
 # (method, path, a valid body): every route of the app that reads a body.
 ROUTES = [("POST", "/v1/chat/completions", CHAT), ("POST", "/v1/completions", COMPLETION),
           ("POST", "/teams/fuzz/v1/chat/completions", CHAT),
+          ("POST", "/v1/responses", RESPONSE), ("POST", "/teams/fuzz/v1/responses", RESPONSE),
           ("POST", "/v1/prefixes", {"token_ids": [11, 12, 13], "prefix_id": "raw-fuzz"}),
           ("PUT", "/teams/fuzz/context", {"text": "raw fuzz context"}),
           ("POST", "/teams/fuzz/runs", {"spec": {}}),

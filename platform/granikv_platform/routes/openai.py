@@ -1,5 +1,6 @@
 """OpenAI-compatible routes: vLLM's own request models validate the bodies (422 with
-one line per field); the raw JSON, scoped to the caller's team, goes to a replica."""
+one line per field); the raw JSON, scoped to the caller's team, goes to a replica.
+The Responses API's are in responses.py; /v1/embeddings is a 404 that says why."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from granikv_platform.deps import CurrentIngress, OptionalTeam, RawBody
 from granikv_platform.errors import ApiError
 from granikv_platform.identity import bind_body
 from granikv_platform.openai_bodies import ChatCompletionRequest, CompletionRequest
+from granikv_platform.routes import responses
+
+NO_EMBEDDINGS = ("this platform serves a generative model and does not serve embeddings "
+                 "(/v1/embeddings); use an embedding model's endpoint")
 
 
 def model_card(cfg: PlatformConfig) -> ModelCard:
@@ -52,4 +57,9 @@ def router(cfg: PlatformConfig) -> APIRouter:
                           ing: CurrentIngress) -> Response:
         return await ing.openai("completions", bind_body(body, team))
 
+    @r.post("/v1/embeddings")
+    async def embeddings(_: OptionalTeam) -> Response:
+        raise ApiError(404, NO_EMBEDDINGS)
+
+    r.include_router(responses.router())  # POST /v1/responses, GET/DELETE its records
     return r

@@ -1,5 +1,7 @@
 """The rest of a team's OpenAI root (``/teams/{team}/v1``), next to its chat route:
-``GET /v1/models/{id}`` and ``POST /v1/completions``.
+``GET /v1/models/{id}``, ``POST /v1/completions``, the Responses API (responses.py: the
+team's context first, bound to its HOT prefix, as in a team chat) and
+``/v1/embeddings`` (a 404 that says why).
 
 A completion's prompt is the client's own text or token ids (no chat template, so no
 team context is put in front of it); it is scoped to the team, and binds to one of the
@@ -14,9 +16,11 @@ from vllm.entrypoints.openai.engine.protocol import ModelCard
 
 from granikv_platform.config import PlatformConfig, TeamConfig
 from granikv_platform.deps import CurrentIngress, RawBody
+from granikv_platform.errors import ApiError
 from granikv_platform.identity import bind_body
 from granikv_platform.openai_bodies import CompletionRequest
-from granikv_platform.routes.openai import find_model
+from granikv_platform.routes import responses
+from granikv_platform.routes.openai import NO_EMBEDDINGS, find_model
 
 
 def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
@@ -30,4 +34,9 @@ def router(cfg: PlatformConfig, team: TeamConfig) -> APIRouter:
     async def completions(_: CompletionRequest, body: RawBody, ing: CurrentIngress) -> Response:
         return await ing.openai("completions", bind_body(body, team.name))  # type: ignore[no-any-return]
 
+    @r.post("/v1/embeddings")
+    async def embeddings() -> Response:
+        raise ApiError(404, NO_EMBEDDINGS)
+
+    r.include_router(responses.team_router(team.name))
     return r
