@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from granikv_agents.schemas import AgentsOptions
+from granikv_platform.response_store import default_store_url
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -82,7 +83,7 @@ def test_the_files_make_run_keeps_are_where_readme_says() -> None:
     opts = AgentsOptions.model_validate(app["args"]["services"][0]["options"])
     tmp = tempfile.gettempdir()
     text = README.read_text().replace("$TMPDIR", tmp)
-    for path in (opts.store_file(name), opts.threads_store(name)):
+    for path in (opts.store_file(name), opts.threads_store(name), default_store_url(name)):
         assert f"`{path}`" in text, f"README does not say make run keeps {path}"
     assert "~/.ray/auth_token" in text
 
