@@ -55,7 +55,7 @@ def routes(base_url: str) -> list[tuple[str, str]]:
         concrete = path.replace("{prefix_id}", "red-probe").replace(
             "{run_id}", "run-0000000000000000").replace("{thread_id}", "thread-probe").replace(
             "{assistant_id}", "chat").replace("{model_id}", MODEL).replace(
-            "{checkpoint_id}", "checkpoint-probe")
+            "{checkpoint_id}", "checkpoint-probe").replace("{response_id}", "resp_probe")
         assert "{" not in concrete, f"fill in the parameter of {path}"
         out += [(m.upper(), concrete) for m in ops if m in ("get", "post", "put", "delete")]
     return out
