@@ -24,6 +24,12 @@ RECORDS_DIR = "granikv-engine-files"  # in the temp folder: one record per start
 ORPHAN_GRACE_S = 0.05
 
 
+# How long a file still bound after the engine's processes ended is waited for: the
+# sockets of a worker killed just now can stay in the kernel's list for a moment (in one
+# whole-suite run, two ZMQ socket files 2 ms after the kill).
+UNBIND_WAIT_S = 0.5
+
+
 class EngineFiles:
     """The shared-memory files (/dev/shm: multiprocessing's psm_* segments, sem.*
     semaphores) that the engine's processes (engine core, workers: this replica's
@@ -116,6 +122,11 @@ class EngineFiles:
                         [p.pid for p in left])
         remove(self.files, bound_here_too=True)
         left_files = [f for f in self.files if os.path.lexists(f)]
+        deadline = time.monotonic() + UNBIND_WAIT_S
+        while left_files and time.monotonic() < deadline:  # a killed worker's sockets
+            time.sleep(0.02)  # leave the kernel's list a moment after the process ends
+            remove(self.files, bound_here_too=True)
+            left_files = [f for f in self.files if os.path.lexists(f)]
         if left_files:  # the record stays: the next replica's remove_dead finishes
             logger.warning("GraniKV: %d of the engine's files are still in use: %s",
                            len(left_files), left_files)
