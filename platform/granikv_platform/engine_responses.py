@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import ValidationError, model_validator
-from pydantic_core import PydanticCustomError
 from vllm.config import ModelConfig
 from vllm.entrypoints.openai.engine.protocol import ErrorResponse
 from vllm.entrypoints.openai.responses import protocol
@@ -32,6 +31,7 @@ from vllm.exceptions import VLLMValidationError
 from vllm.renderers.params import TokenizeParams
 
 from granikv_platform.input_checks import InputChecks
+from granikv_platform.openai_bodies import TypeErrorsInvalid
 from granikv_platform.protocol import Item, JsonItem, SseItem, error_item, validation_message
 from granikv_platform.team_splice import ContextSplice
 
@@ -39,7 +39,7 @@ logger = logging.getLogger("ray.serve")
 FAILED = "the request failed in the engine before it finished"
 
 
-class ResponsesRequest(protocol.ResponsesRequest):
+class ResponsesRequest(TypeErrorsInvalid, protocol.ResponsesRequest):
     """vLLM's model, with a ``TypeError`` raised while validating a validation error
     (as ``openai_bodies.py`` does for chat), and rendered without the tokenizer's
     special tokens, as a chat is (``ChatCompletionRequest.add_special_tokens`` is false):
@@ -62,15 +62,6 @@ class ResponsesRequest(protocol.ResponsesRequest):
         fields = cls.model_fields
         return {k: v for k, v in data.items()
                 if v is not None or k not in fields or fields[k].default is None}
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _type_errors_are_invalid(cls, data: Any, handler: Any) -> Any:
-        try:
-            return handler(data)
-        except TypeError as e:
-            raise PydanticCustomError("invalid_body", "invalid request body: {error}",
-                                      {"error": str(e)}) from None
 
     @property
     def max_tokens(self) -> int | None:

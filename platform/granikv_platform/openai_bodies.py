@@ -17,7 +17,10 @@ from vllm.entrypoints.openai.chat_completion import protocol as chat
 from vllm.entrypoints.openai.completion import protocol as completion
 
 
-class _TypeErrorsInvalid:
+class TypeErrorsInvalid:
+    """A ``TypeError`` raised while validating (inside vLLM's validators) is a validation
+    error, so the answer is a 422 and not a 500."""
+
     @model_validator(mode="wrap")
     @classmethod
     def _type_errors_are_invalid(cls, data: Any, handler: Any) -> Any:
@@ -28,9 +31,9 @@ class _TypeErrorsInvalid:
                                       {"error": str(e)}) from None
 
 
-class ChatCompletionRequest(_TypeErrorsInvalid, chat.ChatCompletionRequest):
+class ChatCompletionRequest(TypeErrorsInvalid, chat.ChatCompletionRequest):
     pass
 
 
-class CompletionRequest(_TypeErrorsInvalid, completion.CompletionRequest):
+class CompletionRequest(TypeErrorsInvalid, completion.CompletionRequest):
     pass
